@@ -14,6 +14,7 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("verl_isocompute.doctor", "check that verl sees this plugin and the CPU backend works"),
     "demo": ("verl_isocompute.demo", "run the CPU demo: a few real verl GRPO steps on a small model"),
+    "allocate": ("verl_isocompute.allocation_cli", "turn a rollout budget into n, B_problem, steps and lr from an n*(C) curve"),
 }
 
 

@@ -1,0 +1,79 @@
+"""CPU backend for verl: a ``cpu`` platform and an ``hf`` (transformers) rollout.
+
+:func:`register` is called by our ``verl.plugins`` entry point in every verl process. It always makes the
+``cpu`` platform and the ``hf`` rollout *available* (registrations only: nothing changes until a run
+selects them). Only in a process where ``VERL_PLATFORM=cpu`` does it also apply
+:func:`apply_cpu_runtime`, the few adjustments verl 0.9.1 needs to train on a CPU that its registries
+cannot express. Each has an upstreamable diff in ``patches/`` explaining it.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+from .platform import PLATFORM_NAME, PlatformCPU, cpu_selected
+
+ROLLOUT_NAME = "hf"
+ADAPTER_PATH = "verl_isocompute.cpu.hf_rollout.HFServerAdapter"
+_runtime_applied = False
+
+
+def _load_hf_replica():
+    from .hf_rollout import HFReplica
+
+    return HFReplica
+
+
+def register() -> None:
+    """Register the ``cpu`` platform and the ``hf`` rollout with verl (idempotent)."""
+    from verl.plugin.platform import PlatformRegistry
+    from verl.workers.rollout import base as rollout_base
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    if PlatformRegistry.get(PLATFORM_NAME) is not PlatformCPU:
+        PlatformRegistry.register(platform=PLATFORM_NAME)(PlatformCPU)
+    RolloutReplicaRegistry._registry[ROLLOUT_NAME] = _load_hf_replica
+    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = ADAPTER_PATH
+    if cpu_selected():
+        apply_cpu_runtime()
+
+
+def apply_cpu_runtime() -> None:
+    """Adjust verl 0.9.1 for CPU training in this process (idempotent). See ``patches/``.
+
+    1. Process groups: verl builds the backend string ``cpu:gloo,<device>:<backend>``, which on the CPU
+       platform names the CPU twice and torch rejects it; on CPU the group uses ``gloo`` alone.
+    2. FSDP engines register for ``cuda``/``npu`` only; the same FSDP/FSDP2 engine classes serve ``cpu``.
+    3. The reference model's FSDP2 offload policy pins host memory, which needs an accelerator; on CPU
+       the parameters already live in host memory, so it is created unpinned.
+    """
+    global _runtime_applied
+    if _runtime_applied:
+        return
+    import verl.utils.distributed as distributed
+
+    original_init = distributed.initialize_global_process_group_ray
+
+    @functools.wraps(original_init)
+    def init_process_group_cpu(timeout_second=None, backend=None):
+        return original_init(timeout_second=timeout_second, backend=backend or "gloo")
+
+    distributed.initialize_global_process_group_ray = init_process_group_cpu
+    workers = sys.modules.get("verl.workers.engine_workers")
+    if workers is not None:
+        workers.initialize_global_process_group_ray = init_process_group_cpu
+
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    from verl.workers.engine.base import EngineRegistry
+    from verl.workers.engine.fsdp import transformer_impl
+
+    for model_type in ("language_model", "value_model"):
+        for backend in ("fsdp", "fsdp2"):
+            registry = EngineRegistry._engines.get(model_type, {}).get(backend, {})
+            if "cuda" in registry and PLATFORM_NAME not in registry:
+                registry[PLATFORM_NAME] = registry["cuda"]
+
+    transformer_impl.CPUOffloadPolicy = functools.partial(CPUOffloadPolicy, pin_memory=False)
+    _runtime_applied = True

@@ -1,0 +1,150 @@
+"""Batched token-in / token-out sampling with a HF transformers causal LM (no verl, no Ray here).
+
+One call samples a whole batch of prompts together: prompts are left-padded into one tensor, the prompt
+is run once to fill the KV cache, and then every step feeds one token per sequence. Each sequence has
+its own stop rule (end-of-sequence token or its own ``max_tokens``); the batch ends when all have
+stopped. This is what ``model.generate`` does, without its per-step generality, and it also returns
+the log-probability of every sampled token, which ``generate`` does not give cheaply.
+
+Log-probabilities follow verl's trainer exactly, so that the rollout / trainer mismatch verl reports
+(``training/rollout_probs_diff_*``) measures numerics only: the log-prob of the sampled token under
+``log_softmax(logits / temperature)`` over the full vocabulary, i.e. before top-k / top-p truncation
+(verl recomputes log-probs the same way). Greedy decoding (temperature 0) reports log-probs of the raw
+logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling settings (the subset of vLLM's that verl's agent loop sends)."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    ignore_eos: bool = False
+
+    @property
+    def group_key(self) -> tuple[float, float, int]:
+        """Requests with equal keys can share one batch (same logit processing)."""
+        return (float(self.temperature), float(self.top_p), int(self.top_k))
+
+
+@dataclass
+class SampleOutput:
+    token_ids: list[int]
+    log_probs: list[float]
+    finish_reason: str  # "stop" (end-of-sequence token) or "length"
+
+
+def _filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Mask logits outside the top-k set and outside the smallest set with probability mass >= top_p."""
+    if top_k is not None and 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, sorted_idx = torch.sort(logits, descending=True, dim=-1)
+        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        # drop a token when the mass strictly before it already reaches top_p (keeps at least one)
+        drop_sorted = (cumulative - torch.softmax(sorted_logits, dim=-1)) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, sorted_idx, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+class BatchSampler:
+    """Samples continuations for a batch of token-id prompts with one HF causal LM."""
+
+    def __init__(self, model: torch.nn.Module, eos_token_ids: list[int], pad_token_id: int) -> None:
+        self.model = model
+        self.eos_token_ids = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long)
+        self.pad_token_id = int(pad_token_id)
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        max_tokens: list[int] | None = None,
+        generator: torch.Generator | None = None,
+    ) -> list[SampleOutput]:
+        """Sample one continuation per prompt; all prompts share ``params`` except ``max_tokens``."""
+        if not prompts:
+            return []
+        limits = torch.tensor(max_tokens if max_tokens is not None else [params.max_tokens] * len(prompts))
+        device = next(self.model.parameters()).device
+        batch, width = len(prompts), max(len(p) for p in prompts)
+        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((batch, width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            input_ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            attention_mask[i, width - len(prompt) :] = 1
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+        out = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True
+        )
+        past = out.past_key_values
+        next_logits = out.logits[:, -1, :].float()
+        next_position = position_ids[:, -1:] + 1
+
+        steps = int(limits.max())
+        tokens = torch.full((batch, steps), self.pad_token_id, dtype=torch.long)
+        logps = torch.zeros((batch, steps), dtype=torch.float32)
+        lengths = torch.zeros(batch, dtype=torch.long)
+        done = torch.zeros(batch, dtype=torch.bool)
+        hit_eos = torch.zeros(batch, dtype=torch.bool)
+        eos = self.eos_token_ids.to(device)
+        greedy = params.temperature <= 0
+
+        for step in range(steps):
+            scaled = next_logits if greedy else next_logits / params.temperature
+            log_probs = torch.log_softmax(scaled, dim=-1)
+            if greedy:
+                chosen = scaled.argmax(dim=-1)
+            else:
+                filtered = _filter_top_k_top_p(scaled, params.top_k, params.top_p)
+                chosen = torch.multinomial(torch.softmax(filtered, dim=-1), 1, generator=generator).squeeze(-1)
+            chosen_logp = log_probs.gather(-1, chosen[:, None]).squeeze(-1)
+
+            active = ~done
+            tokens[active, step] = chosen[active].cpu()
+            logps[active, step] = chosen_logp[active].cpu()
+            lengths[active] += 1
+            if not params.ignore_eos:
+                is_eos = torch.isin(chosen.cpu(), eos.cpu()) & active
+                hit_eos |= is_eos
+                done |= is_eos
+            done |= lengths >= limits
+            if bool(done.all()):
+                break
+            # Stopped sequences keep decoding a pad token (their outputs are discarded); the batch shape
+            # stays fixed so the KV cache needs no re-indexing.
+            feed = torch.where(done.to(device), torch.full_like(chosen, self.pad_token_id), chosen)
+            attention_mask = torch.cat([attention_mask, torch.ones((batch, 1), dtype=attention_mask.dtype, device=device)], dim=-1)
+            out = self.model(
+                input_ids=feed[:, None],
+                attention_mask=attention_mask,
+                position_ids=next_position,
+                past_key_values=past,
+                use_cache=True,
+            )
+            past = out.past_key_values
+            next_logits = out.logits[:, -1, :].float()
+            next_position = next_position + 1
+
+        return [
+            SampleOutput(
+                token_ids=tokens[i, : lengths[i]].tolist(),
+                log_probs=logps[i, : lengths[i]].tolist(),
+                finish_reason="stop" if bool(hit_eos[i]) else "length",
+            )
+            for i in range(batch)
+        ]

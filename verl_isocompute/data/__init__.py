@@ -1,0 +1,1 @@
+"""Problem sources and dataset writers in verl's parquet format."""

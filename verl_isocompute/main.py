@@ -1,0 +1,160 @@
+"""Entry point for our recipes: ``python -m verl_isocompute.main --config-name RECIPE key=value ...``.
+
+It composes one of our hydra recipes (each extends verl's ``ppo_trainer``), resolves what our
+``isocompute:`` block asks for, and then hands the config to verl's own ``run_ppo`` with verl's own
+TaskRunner: the run is an ordinary verl run. What is resolved here, before verl builds anything:
+
+- the platform: ``isocompute.platform=cpu`` selects our CPU backend (sets ``VERL_PLATFORM=cpu`` before
+  verl is imported, starts Ray with logical GPUs) and rejects GPU-only settings;
+- the model: ``isocompute.model=smollm2|tiny`` builds (once) and uses a built-in model; otherwise
+  ``actor_rollout_ref.model.path`` is checked to be a usable local checkpoint with a chat template;
+- the data: ``isocompute.data.source=arithmetic`` generates the seeded demo problem set;
+- the run directory ``isocompute.run_dir``: hydra's record of the config, verl's metrics
+  (``verl_metrics.jsonl``), checkpoints and validation generations all go there.
+
+Overrides work as in verl (``actor_rollout_ref.rollout.n=8``); new keys need ``+key=value``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+# Estimators that compare samples within a group (GRPO family): a group of one has no baseline.
+GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_passk", "optimal_token_baseline",
+                    "isocompute_grpo", "isocompute_grpo_decoupled")
+GPU_ONLY_ROLLOUTS = ("vllm", "sglang", "trtllm")
+
+
+class RecipeError(ValueError):
+    """A configuration a run cannot start with; the message names the key and the fix."""
+
+
+def _select(cfg: DictConfig, key: str, default=None):
+    return OmegaConf.select(cfg, key, default=default)
+
+
+def prepare_platform(cfg: DictConfig) -> None:
+    """Select the CPU backend for this process and its Ray workers when the recipe asks for it."""
+    platform = _select(cfg, "isocompute.platform")
+    if platform not in (None, "auto", "cpu"):
+        raise RecipeError(f"isocompute.platform={platform!r}: use cpu, or auto to let verl detect the accelerator")
+    env_platform = os.environ.get("VERL_PLATFORM", "").strip().lower()
+    if platform == "cpu":
+        if env_platform and env_platform != "cpu":
+            raise RecipeError(f"VERL_PLATFORM={env_platform} conflicts with isocompute.platform=cpu; unset one of them")
+        os.environ["VERL_PLATFORM"] = "cpu"
+    if os.environ.get("VERL_PLATFORM", "").strip().lower() != "cpu":
+        return
+    rollout = _select(cfg, "actor_rollout_ref.rollout.name")
+    if rollout in GPU_ONLY_ROLLOUTS:
+        raise RecipeError(
+            f"actor_rollout_ref.rollout.name={rollout} needs a GPU, but this run uses the CPU platform "
+            "(VERL_PLATFORM=cpu / isocompute.platform=cpu): set actor_rollout_ref.rollout.name=hf, "
+            "or run on a GPU machine with isocompute.platform=auto"
+        )
+    for role in ("actor", "ref"):
+        strategy = _select(cfg, f"actor_rollout_ref.{role}.strategy")
+        if strategy not in (None, "fsdp2"):
+            raise RecipeError(
+                f"actor_rollout_ref.{role}.strategy={strategy}: on the CPU platform only fsdp2 works "
+                f"(FSDP1 needs a GPU to sync module states); set actor_rollout_ref.{role}.strategy=fsdp2"
+            )
+
+
+def prepare_model(cfg: DictConfig) -> None:
+    from verl_isocompute.cpu.models import check_model_path, ensure_model
+
+    name = _select(cfg, "isocompute.model")
+    with open_dict(cfg):
+        if name:
+            cfg.actor_rollout_ref.model.path = str(ensure_model(name))
+    check_model_path(cfg.actor_rollout_ref.model.path)
+
+
+def prepare_data(cfg: DictConfig) -> None:
+    source = _select(cfg, "isocompute.data.source")
+    if source in (None, "files"):
+        for key in ("data.train_files", "data.val_files"):
+            for f in OmegaConf.to_container(_select(cfg, key), resolve=True) if OmegaConf.is_list(_select(cfg, key)) else [_select(cfg, key)]:
+                if not Path(os.path.expanduser(str(f))).is_file():
+                    raise RecipeError(f"{key}: {f} does not exist; pass parquet files in verl's format")
+        return
+    if source != "arithmetic":
+        raise RecipeError(f"isocompute.data.source={source!r}: use arithmetic (generated demo set) or files")
+    from verl_isocompute.cpu.models import cache_dir
+    from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
+
+    spec = ArithmeticSpec(**{k: v for k, v in OmegaConf.to_container(cfg.isocompute.data).items() if k != "source"})
+    train, val = write_arithmetic_dataset(cache_dir() / "data" / spec.name, spec)
+    with open_dict(cfg):
+        cfg.data.train_files = str(train)
+        cfg.data.val_files = str(val)
+
+
+def prepare_run_dir(cfg: DictConfig) -> Path:
+    run_dir = Path(os.path.expanduser(str(cfg.isocompute.run_dir))).absolute()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open_dict(cfg):
+        cfg.isocompute.run_dir = str(run_dir)
+    # verl's file logger reads its path from the environment of the TaskRunner (a child of this process).
+    os.environ["VERL_FILE_LOGGER_PATH"] = str(run_dir / "verl_metrics.jsonl")
+    return run_dir
+
+
+def check_group_size(cfg: DictConfig) -> None:
+    estimator = _select(cfg, "algorithm.adv_estimator")
+    n = _select(cfg, "actor_rollout_ref.rollout.n")
+    if estimator in GROUP_ESTIMATORS and n is not None and int(n) < 2:
+        raise RecipeError(
+            f"algorithm.adv_estimator={estimator} compares rollouts of the same problem, but "
+            f"actor_rollout_ref.rollout.n={n}: set actor_rollout_ref.rollout.n to 2 or more (the recipes use >= 4)"
+        )
+
+
+def prepare(cfg: DictConfig) -> DictConfig:
+    """Resolve our ``isocompute`` block into plain verl settings. Raises :class:`RecipeError`."""
+    prepare_platform(cfg)
+    check_group_size(cfg)
+    prepare_model(cfg)
+    prepare_data(cfg)
+    prepare_run_dir(cfg)
+    return cfg
+
+
+def run(cfg: DictConfig) -> None:
+    """Prepare ``cfg`` and run it with verl's trainer."""
+    prepare(cfg)
+    import verl  # noqa: F401  (loads plugins, ours included, with VERL_PLATFORM already set)
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    import verl_isocompute.plugin  # noqa: F401  (surface a broken plugin here, where verl would hide it)
+
+    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    run_ppo(cfg, task_runner_class=TaskRunnerV1)
+
+
+@hydra.main(config_path="pkg://verl_isocompute.recipes", config_name="cpu_demo", version_base=None)
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except RecipeError as exc:
+        print(f"isocompute: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as exc:  # model / data errors of ours carry their fix in the message
+        from verl_isocompute.cpu.models import ModelError
+
+        if isinstance(exc, ModelError):
+            print(f"isocompute: error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":
+    main()
