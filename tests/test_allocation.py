@@ -108,7 +108,8 @@ def test_a_fitted_range_flags_extrapolation():
 
 def test_a_warmup_longer_than_the_run_is_reported():
     a = allocate(EASY, 2000)
-    assert a.steps == 7 and a.reasons == ("warm-up (10 steps) is not shorter than the run (7 steps): lr never reaches 5e-07",)
+    assert a.steps == 7
+    assert a.reasons == ("warm-up (10 steps) is not shorter than the run (7 steps): lr never reaches 5e-07",)
 
 
 @settings(max_examples=300, deadline=None)
@@ -123,7 +124,9 @@ def test_a_warmup_longer_than_the_run_is_reported():
 )
 def test_never_exceeds_the_budget_or_the_constraints(curve, budget, b_max, b_problem, floor, min_steps, n_grid):
     try:
-        a = allocate(curve, budget, b_max=b_max, b_problem=b_problem, b_problem_floor=floor, min_steps=min_steps, n_grid=n_grid)
+        a = allocate(
+            curve, budget, b_max=b_max, b_problem=b_problem, b_problem_floor=floor, min_steps=min_steps, n_grid=n_grid
+        )
     except AllocationError as exc:
         assert "raise" in str(exc) or "lower" in str(exc)  # every refusal names a fix
         return
@@ -224,7 +227,8 @@ def test_malformed_curve_files(tmp_path):
 
 
 def test_b_problem_larger_than_the_dataset():
-    with pytest.raises(AllocationError, match=r"b_problem 32 is larger than the dataset \(20 problems\).*lower b_problem"):
+    message = r"b_problem 32 is larger than the dataset \(20 problems\).*lower b_problem"
+    with pytest.raises(AllocationError, match=message):
         allocate(EASY, 1e6, dataset_size=20)
 
 
@@ -359,7 +363,8 @@ def test_apply_allocation_in_tokens():
 
 def test_default_config_matches_allocate():
     knobs = set(inspect.signature(allocate).parameters) - {"curve", "budget", "budget_unit"}
-    assert set(DEFAULT_ALLOCATION_CONFIG) - {"enable", "curve", "budget_rollouts", "budget_tokens", "override_user"} == knobs
+    hook_only = {"enable", "curve", "budget_rollouts", "budget_tokens", "override_user"}
+    assert set(DEFAULT_ALLOCATION_CONFIG) - hook_only == knobs
     defaults = {k: p.default for k, p in inspect.signature(allocate).parameters.items() if k in knobs}
     assert {k: DEFAULT_ALLOCATION_CONFIG[k] for k in knobs} == defaults
 
@@ -397,7 +402,8 @@ def test_cli_json():
     out = _cli("--curve", "paper:qwen2.5-7b-easy", "--budget", "1e6", "--format", "json")
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
-    assert {k: d[k] for k in ("n", "b_problem", "steps", "warmup_steps", "budget_rollouts", "rollouts_used", "epochs", "reasons")} == {
+    keys = ("n", "b_problem", "steps", "warmup_steps", "budget_rollouts", "rollouts_used", "epochs", "reasons")
+    assert {k: d[k] for k in keys} == {
         "n": 128, "b_problem": 32, "steps": 244, "warmup_steps": 10, "budget_rollouts": 1_000_000,
         "rollouts_used": 999_424, "epochs": None, "reasons": [],
     }
@@ -414,7 +420,9 @@ def test_cli_overrides_and_table():
 
 
 def test_cli_tokens_and_fixed_batch():
-    out = _cli("--curve", "paper:qwen2.5-7b-easy-tokens", "--budget-tokens", "1e10", "--mean-response-tokens", "2000", "--format", "json")
+    out = _cli(
+        "--curve", "paper:qwen2.5-7b-easy-tokens", "--budget-tokens", "1e10", "--mean-response-tokens", "2000", "--format", "json"
+    )
     assert json.loads(out.stdout)["n"] == 512
     out = _cli("--curve", "paper:qwen2.5-7b-easy", "--budget", "1e7", "--batch-rollouts", "1024", "--format", "json")
     assert (json.loads(out.stdout)["n"], json.loads(out.stdout)["b_problem"]) == (512, 2)

@@ -178,7 +178,9 @@ def _nearest_in_log2(grid: tuple[int, ...], n_star: float) -> int:
     return min(grid, key=lambda g: (abs(math.log2(g) - math.log2(n_star)), g))
 
 
-def _fit_batch(n: int, b_problem: int, floor: int, grid: tuple[int, ...], cap: int, why: str) -> tuple[int, int, list[str]]:
+def _fit_batch(
+    n: int, b_problem: int, floor: int, grid: tuple[int, ...], cap: int, why: str
+) -> tuple[int, int, list[str]]:
     """Make b_problem * n <= cap: lower b_problem down to ``floor``, then n. Returns (n, b_problem, reasons).
 
     Raises AllocationError if even ``floor`` x the smallest grid value exceeds ``cap``; callers give the
@@ -188,7 +190,9 @@ def _fit_batch(n: int, b_problem: int, floor: int, grid: tuple[int, ...], cap: i
         return n, b_problem, []
     if floor * n <= cap:
         lowered = cap // n
-        return n, lowered, [f"b_problem lowered from {b_problem} to {lowered} so that b_problem * n = {lowered * n} <= {why}"]
+        return n, lowered, [
+            f"b_problem lowered from {b_problem} to {lowered} so that b_problem * n = {lowered * n} <= {why}"
+        ]
     fitting = [g for g in grid if floor * g <= cap]
     if not fitting:
         raise AllocationError(f"b_problem_floor {floor} x smallest n {grid[0]} = {floor * grid[0]} rollouts > {why}")
@@ -249,7 +253,9 @@ def allocate(
     else:
         floor = min(b_problem, B_PROBLEM_FLOOR)
     if batch_rollouts is None and floor > b_problem:
-        raise AllocationError(f"b_problem_floor {floor} is above b_problem {b_problem}; lower the floor or raise b_problem")
+        raise AllocationError(
+            f"b_problem_floor {floor} is above b_problem {b_problem}; lower the floor or raise b_problem"
+        )
     min_steps = _count("min_steps", min_steps)
     b_max = None if b_max is None else _count("b_max", b_max)
     dataset_size = None if dataset_size is None else _count("dataset_size", dataset_size)
@@ -260,7 +266,11 @@ def allocate(
     reasons: list[str] = []
     tokens_needed = "tokens" in (budget_unit, curve.compute_unit)
     if tokens_needed and mean_response_tokens is None:
-        why = "steps count rollouts, so a budget in tokens" if budget_unit == "tokens" else "the curve counts tokens, so a budget in rollouts"
+        why = (
+            "steps count rollouts, so a budget in tokens"
+            if budget_unit == "tokens"
+            else "the curve counts tokens, so a budget in rollouts"
+        )
         raise AllocationError(
             f"{why} needs the mean response length: pass mean_response_tokens (--mean-response-tokens), "
             "e.g. generated tokens / rollouts from a pilot run's log"
@@ -287,7 +297,9 @@ def allocate(
     if batch_rollouts is not None:
         batch_rollouts = _count("batch_rollouts", batch_rollouts)
         if b_max is not None and batch_rollouts > b_max:
-            raise AllocationError(f"batch_rollouts {batch_rollouts} exceeds b_max {b_max}; give one of them, or a smaller batch_rollouts")
+            raise AllocationError(
+                f"batch_rollouts {batch_rollouts} exceeds b_max {b_max}; give one of them, or a smaller batch_rollouts"
+            )
         if floor * n > batch_rollouts:
             fitting = [g for g in grid if floor * g <= batch_rollouts]
             if not fitting:
@@ -302,7 +314,9 @@ def allocate(
             n = max(fitting)
         b_problem = batch_rollouts // n
         if b_problem * n != batch_rollouts:
-            reasons.append(f"batch_rollouts {batch_rollouts} is not a multiple of n = {n}: each step uses {b_problem * n} rollouts")
+            reasons.append(
+                f"batch_rollouts {batch_rollouts} is not a multiple of n = {n}: each step uses {b_problem * n} rollouts"
+            )
         if budget_rollouts // (b_problem * n) < min_steps:
             raise AllocationError(
                 f"budget of {budget_rollouts:,} rollouts pays for {budget_rollouts // (b_problem * n)} steps of "
@@ -317,10 +331,9 @@ def allocate(
                 raise AllocationError(f"{exc}; raise b_max or lower b_problem_floor / n_grid") from None
             reasons += fit_reasons
         step_cap = budget_rollouts // min_steps
+        why = f"{step_cap:,} rollouts (budget {budget_rollouts:,} / min_steps {min_steps})"
         try:
-            n, b_problem, fit_reasons = _fit_batch(
-                n, b_problem, floor, grid, step_cap, f"{step_cap:,} rollouts (budget {budget_rollouts:,} / min_steps {min_steps})"
-            )
+            n, b_problem, fit_reasons = _fit_batch(n, b_problem, floor, grid, step_cap, why)
         except AllocationError:
             smallest = floor * grid[0]
             raise AllocationError(
@@ -341,7 +354,9 @@ def allocate(
     except ValueError as exc:
         raise AllocationError(str(exc)) from None
     if lr.warmup_steps > 0 and lr.warmup_steps >= steps:
-        reasons.append(f"warm-up ({lr.warmup_steps} steps) is not shorter than the run ({steps} steps): lr never reaches {lr.lr:.3g}")
+        reasons.append(
+            f"warm-up ({lr.warmup_steps} steps) is not shorter than the run ({steps} steps): lr never reaches {lr.lr:.3g}"
+        )
     return Allocation(
         n=n,
         b_problem=b_problem,
@@ -410,7 +425,8 @@ def _allocation_settings(cfg: DictConfig) -> dict[str, Any]:
     unknown = sorted(set(block) - set(DEFAULT_ALLOCATION_CONFIG))
     if unknown:
         raise AllocationError(
-            f"unknown key(s) {', '.join(f'{CONFIG_PATH}.{k}' for k in unknown)}; valid keys: {', '.join(DEFAULT_ALLOCATION_CONFIG)}"
+            f"unknown key(s) {', '.join(f'{CONFIG_PATH}.{k}' for k in unknown)}; "
+            f"valid keys: {', '.join(DEFAULT_ALLOCATION_CONFIG)}"
         )
     return {**DEFAULT_ALLOCATION_CONFIG, **block}
 
@@ -429,7 +445,9 @@ def apply_allocation(cfg: DictConfig, explicit_keys: set[str] | None = None) -> 
     if not settings["enable"]:
         return None
     if settings["curve"] is None:
-        raise AllocationError(f"{CONFIG_PATH}.curve is not set; give a curve.json path or a paper: preset (e.g. paper:qwen2.5-7b-easy)")
+        raise AllocationError(
+            f"{CONFIG_PATH}.curve is not set; give a curve.json path or a paper: preset (e.g. paper:qwen2.5-7b-easy)"
+        )
     budgets = {unit: settings[f"budget_{unit}"] for unit in BUDGET_UNITS if settings[f"budget_{unit}"] is not None}
     if len(budgets) != 1:
         raise AllocationError(f"set exactly one of {CONFIG_PATH}.budget_rollouts and {CONFIG_PATH}.budget_tokens")

@@ -37,26 +37,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     budget = parser.add_mutually_exclusive_group(required=True)
     budget.add_argument("--budget", type=float, metavar="C", help="sampling budget in rollouts (e.g. 1e6)")
-    budget.add_argument("--budget-tokens", type=float, metavar="T", help="sampling budget in generated tokens (needs --mean-response-tokens)")
+    budget.add_argument(
+        "--budget-tokens", type=float, metavar="T", help="sampling budget in generated tokens (needs --mean-response-tokens)"
+    )
     parser.add_argument("--b-max", type=int, metavar="N", help="most rollouts one step may take (hardware limit); default no cap")
     parser.add_argument(
         "--b-problem", type=int, metavar="N", default=DEFAULT_ALLOCATION_CONFIG["b_problem"],
         help="problems per step (default %(default)s, the paper's fixed-B_problem setting)",
     )
-    parser.add_argument("--b-problem-floor", type=int, metavar="N", help="lowest b_problem before n is lowered (default min(b_problem, 32); 1 with --batch-rollouts)")
-    parser.add_argument("--batch-rollouts", type=int, metavar="B", help="fixed-hardware-batch mode: B rollouts per step, b_problem = B // n (--b-problem unused)")
+    parser.add_argument(
+        "--b-problem-floor", type=int, metavar="N",
+        help="lowest b_problem before n is lowered (default min(b_problem, 32); 1 with --batch-rollouts)",
+    )
+    parser.add_argument(
+        "--batch-rollouts", type=int, metavar="B",
+        help="fixed-hardware-batch mode: B rollouts per step, b_problem = B // n (--b-problem unused)",
+    )
     parser.add_argument("--dataset-size", type=int, metavar="D", help="number of training problems (for epochs)")
-    parser.add_argument("--mean-response-tokens", type=float, metavar="L", help="mean generated tokens per rollout (token budgets or token curves)")
+    parser.add_argument(
+        "--mean-response-tokens", type=float, metavar="L", help="mean generated tokens per rollout (token budgets or token curves)"
+    )
     parser.add_argument("--n-grid", type=_grid, metavar="N,N,...", help="allowed n values (default powers of two from 2)")
-    parser.add_argument("--min-steps", type=int, metavar="M", default=DEFAULT_ALLOCATION_CONFIG["min_steps"], help="at least this many steps (default %(default)s)")
-    parser.add_argument("--format", choices=("table", "json", "overrides"), default="table", help="output format (default %(default)s)")
+    parser.add_argument(
+        "--min-steps", type=int, metavar="M", default=DEFAULT_ALLOCATION_CONFIG["min_steps"],
+        help="at least this many steps (default %(default)s)",
+    )
+    parser.add_argument(
+        "--format", choices=("table", "json", "overrides"), default="table", help="output format (default %(default)s)"
+    )
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _table(allocation: Allocation) -> str:
     rows = {key: value for key, value in allocation.to_dict().items() if key != "reasons"}
     width = max(len(key) for key in rows)
-    shown = {key: "-" if value is None else f"{value:g}" if isinstance(value, float) else value for key, value in rows.items()}
-    lines = [f"{key:<{width}}  {value}" for key, value in shown.items()]
+    lines = [f"{key:<{width}}  {_cell(value)}" for key, value in rows.items()]
     lines += [f"reason: {reason}" for reason in allocation.reasons]
     return "\n".join(lines)
 
