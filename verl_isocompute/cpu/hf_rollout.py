@@ -62,6 +62,11 @@ class HFRolloutServer:
     def __init__(self, config: Any, model_config: Any, replica_rank: int = 0, seed: int = 0) -> None:
         from transformers import AutoModelForCausalLM, GenerationConfig
 
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.config import HFModelConfig
+
+        config = omega_conf_to_dataclass(config)
+        model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
         self.config = config
         self.replica_rank = replica_rank
         self.global_steps: Optional[int] = None
