@@ -44,22 +44,22 @@ GRPO_NAME = "isocompute_grpo"
 DECOUPLED_NAME = "isocompute_grpo_decoupled"
 
 
-def group_ids(index: Any) -> torch.Tensor:
+def _group_codes(index: Any) -> np.ndarray:
     """Contiguous group ids 0..G-1 (int64) for verl's per-rollout group labels (uid strings or ints).
 
-    Hash-based (``pandas.factorize``), so it costs O(N) where sorting the uid strings would not.
+    Hash-based (``pandas.factorize``): O(N), where sorting the uid strings is not. Group bookkeeping stays in
+    numpy because torch's multi-threaded CPU sort can take 100x longer on a machine with busy cores.
     """
-    if isinstance(index, torch.Tensor):
-        return torch.unique(index.reshape(-1), return_inverse=True)[1]
-    codes, _ = pd.factorize(np.asarray(index, dtype=object).reshape(-1))
-    return torch.from_numpy(codes.astype(np.int64, copy=False))
+    values = index.detach().cpu().numpy() if isinstance(index, torch.Tensor) else np.asarray(index)
+    codes, _ = pd.factorize(values.reshape(-1))
+    return codes.astype(np.int64, copy=False)
 
 
 def _has_spread(values: torch.Tensor, gid: torch.Tensor) -> torch.Tensor:
     """Per rollout: do the values in its group differ (max != min)?"""
-    num_groups = int(gid.max()) + 1
-    lo = torch.full((num_groups,), torch.inf, dtype=values.dtype).scatter_reduce(0, gid, values, "amin")
-    hi = torch.full((num_groups,), -torch.inf, dtype=values.dtype).scatter_reduce(0, gid, values, "amax")
+    bounds = torch.full((2, int(gid.max()) + 1), torch.inf, dtype=values.dtype, device=values.device)
+    lo = bounds[0].scatter_reduce_(0, gid, values, "amin")
+    hi = bounds[1].neg_().scatter_reduce_(0, gid, values, "amax")
     return (hi != lo)[gid]
 
 
@@ -71,10 +71,10 @@ def group_has_variance(acc: torch.Tensor | np.ndarray | Sequence[float], index: 
     the zero-variance filter (recipe section 2: drop such groups, or keep KL/entropy off them).
     """
     acc = torch.as_tensor(acc).reshape(-1).float()
-    gid = group_ids(index)
-    if acc.numel() != gid.numel():
-        raise ValueError(f"acc has {acc.numel()} entries but index has {gid.numel()}")
-    return _has_spread(acc, gid.to(acc.device))
+    codes = _group_codes(index)
+    if acc.numel() != codes.size:
+        raise ValueError(f"acc has {acc.numel()} entries but index has {codes.size}")
+    return _has_spread(acc, torch.from_numpy(codes).to(acc.device))
 
 
 def _norm_flag(norm_adv_by_std_in_grpo: bool | None, config: Any) -> bool:
@@ -96,17 +96,18 @@ def _outcome_advantages(
     """GRPO advantages with the baseline from every rollout of a group, optionally zeroed outside train_mask."""
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
-        gid = group_ids(index).to(scores.device)
-        if gid.numel() != scores.numel():
-            raise ValueError(f"index has {gid.numel()} entries but the batch has {scores.numel()} rollouts")
-        num_groups = int(gid.max()) + 1
-        count = torch.bincount(gid, minlength=num_groups)
-        if bool((count < 2).any()):
+        codes = _group_codes(index)
+        if codes.size != scores.numel():
+            raise ValueError(f"index has {codes.size} entries but the batch has {scores.numel()} rollouts")
+        count = np.bincount(codes)
+        if (count < 2).any():
             raise ValueError(
                 "GRPO needs at least 2 rollouts per problem to form a baseline, but "
                 f"{int((count < 2).sum())} group(s) have 1: set actor_rollout_ref.rollout.n >= 2"
             )
-        count = count.to(scores.dtype)
+        gid = torch.from_numpy(codes).to(scores.device)
+        num_groups = count.size
+        count = torch.from_numpy(count).to(device=scores.device, dtype=scores.dtype)
         mean = torch.zeros(num_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, scores) / count
         centered = scores - mean[gid]
         if norm_by_std:
@@ -119,7 +120,9 @@ def _outcome_advantages(
         if train_mask is not None:
             keep &= train_mask.to(keep.device)
         scalars = torch.where(keep, scalars, torch.zeros_like(scalars))
-        return scalars.unsqueeze(-1) * response_mask
+        # Same values as scalars[:, None] * response_mask, ~1.7x faster for verl's int64/bool masks: the
+        # mixed-dtype product takes a slow casting path. copy=True: never scale the caller's mask in place.
+        return response_mask.to(dtype=scalars.dtype, copy=True).mul_(scalars.unsqueeze(-1))
 
 
 def compute_isocompute_grpo(
@@ -160,23 +163,23 @@ def decoupled_train_mask(index: Any, n_train: int, seed: int | Sequence[int]) ->
     Returns:
         Bool tensor (N,), exactly n_train True per group; a function of (index, n_train, seed) only.
     """
-    gid = group_ids(index)
-    if gid.numel() == 0:
+    codes = _group_codes(index)
+    if codes.size == 0:
         return torch.zeros(0, dtype=torch.bool)
-    count = torch.bincount(gid)
-    if n_train < 1 or n_train > int(count.min()):
+    count = np.bincount(codes)
+    if n_train < 1 or n_train > count.min():
         raise ValueError(
             f"isocompute.decoupled.n_train must be in [1, n_est], got {n_train} with n_est = "
             f"{int(count.min())} (actor_rollout_ref.rollout.n)"
         )
     # A uniformly random order of all rollouts, then a stable sort by group: within each group the
     # rollouts appear in uniformly random order, and the first n_train of each form the subsample.
-    perm = torch.from_numpy(np.random.default_rng(seed).permutation(gid.numel()))
-    order = perm[torch.argsort(gid[perm], stable=True)]
-    group_start = torch.cumsum(count, 0) - count
-    rank = torch.empty_like(gid)
-    rank[order] = torch.arange(gid.numel()) - group_start[gid[order]]
-    return rank < n_train
+    perm = np.random.default_rng(seed).permutation(codes.size)
+    order = perm[np.argsort(codes[perm], kind="stable")]
+    group_start = np.cumsum(count) - count
+    rank = np.empty_like(codes)
+    rank[order] = np.arange(codes.size) - group_start[codes[order]]
+    return torch.from_numpy(rank < n_train)
 
 
 def compute_isocompute_grpo_decoupled(

@@ -1,0 +1,146 @@
+"""Unbiased validation estimators, pass-rate histogram and epochs (verl_isocompute.metrics)."""
+
+import itertools
+import subprocess
+import sys
+from fractions import Fraction
+from math import comb
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from verl_isocompute import metrics
+
+
+def brute_force(outcomes, k):
+    """Average of any-correct / all-correct over every k-subset of one problem's samples."""
+    subsets = list(itertools.combinations(outcomes, k))
+    return np.mean([max(s) for s in subsets]), np.mean([min(s) for s in subsets])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=10), st.data())
+def test_estimators_equal_enumeration_over_all_k_subsets(outcomes, data):
+    k = data.draw(st.integers(1, len(outcomes)))
+    n, c = len(outcomes), sum(outcomes)
+    best, worst = brute_force([int(o) for o in outcomes], k)
+    assert metrics.best_at_k([n], [c], k)[0] == pytest.approx(best, abs=1e-12)
+    assert metrics.worst_at_k([n], [c], k)[0] == pytest.approx(worst, abs=1e-12)
+
+
+def test_estimators_are_vectorised_and_stable_for_large_n():
+    # C(2048, 1024) overflows a float; the product form must still match exact rational arithmetic.
+    n = np.array([2048, 2048, 2048, 2048, 1500])
+    c = np.array([0, 1, 37, 2048, 1400])
+    k = 1024
+    exact_best = [1 - Fraction(comb(ni - ci, k), comb(ni, k)) for ni, ci in zip(n.tolist(), c.tolist())]
+    exact_worst = [Fraction(comb(ci, k), comb(ni, k)) for ni, ci in zip(n.tolist(), c.tolist())]
+    np.testing.assert_allclose(metrics.best_at_k(n, c, k), [float(x) for x in exact_best], rtol=1e-9, atol=1e-300)
+    np.testing.assert_allclose(metrics.worst_at_k(n, c, k), [float(x) for x in exact_worst], rtol=1e-9, atol=1e-300)
+    assert metrics.best_at_k(n, c, k)[1] == pytest.approx(0.5)
+
+
+def test_k_equal_n_gives_share_of_problems_with_any_and_all_correct():
+    # The paper's definition at k = n = 4: best@4 = share with >= 1 correct, worst@4 = share with all 4.
+    acc = [[1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 1]]
+    records = [
+        {"uid": f"p{p}", "data_source": "math", "acc": a} for p, row in enumerate(acc) for a in row
+    ]
+    out = metrics.validation_metrics(records)
+    assert out["val/avg@4"] == pytest.approx(np.mean(acc))
+    assert out["val/best@4"] == pytest.approx(3 / 4)
+    assert out["val/worst@4"] == pytest.approx(1 / 4)
+
+
+def test_unbiased_where_bootstrap_with_replacement_is_not():
+    # One problem, 2 of 4 correct, k = 4: every 4-subset of the 4 samples holds a correct one.
+    frame = pd.DataFrame({"uid": ["a"] * 4, "data_source": ["s"] * 4, "acc": [1, 1, 0, 0]})
+    out = metrics.validation_metrics(frame)
+    assert out["val/best@4"] == 1.0 and out["val/worst@4"] == 0.0
+    # Sampling 4 with replacement (verl's bootstrap) misses every correct sample 1/16 of the time.
+    assert 1 - 0.5**4 < out["val/best@4"]
+
+
+def test_per_data_source_keys_and_overall_is_mean_over_problems():
+    records = {
+        "uid": ["a"] * 4 + ["b"] * 4 + ["c"] * 4,
+        "data_source": ["easy"] * 8 + ["hard"] * 4,
+        "acc": [1, 1, 1, 0] + [1, 0, 0, 0] + [0, 0, 0, 0],
+    }
+    out = metrics.validation_metrics(records, k=2)
+    assert set(out) == {
+        f"val/{m}@2{s}" for m in ("avg", "best", "worst") for s in ("", "/easy", "/hard")
+    }
+    assert out["val/avg@2/easy"] == pytest.approx((3 / 4 + 1 / 4) / 2)
+    assert out["val/avg@2/hard"] == 0.0
+    assert out["val/avg@2"] == pytest.approx((3 / 4 + 1 / 4 + 0) / 3)
+    # best@2: a = 1 - C(1,2)/C(4,2) = 1, b = 1 - C(3,2)/C(4,2) = 1/2; worst@2: a = C(3,2)/C(4,2) = 1/2.
+    assert out["val/best@2/easy"] == pytest.approx(0.75)
+    assert out["val/worst@2/easy"] == pytest.approx(0.25)
+    assert out["val/best@2"] == pytest.approx(0.5)
+
+
+def test_bool_acc_and_custom_prefix():
+    records = [{"uid": "a", "data_source": "s", "acc": v} for v in (True, False)]
+    assert metrics.validation_metrics(records, prefix="test")["test/best@2"] == 1.0
+
+
+def test_too_few_samples_names_the_fix():
+    records = {"uid": ["a", "a", "b"], "data_source": ["s"] * 3, "acc": [1, 0, 1]}
+    with pytest.raises(ValueError, match=r"val_kwargs\.n >= 2"):
+        metrics.validation_metrics(records, k=2)
+    with pytest.raises(ValueError, match="pass k explicitly"):
+        metrics.validation_metrics(records)
+
+
+@pytest.mark.parametrize(
+    "records, match",
+    [
+        ({"uid": ["a", "a"], "data_source": ["s"] * 2, "acc": [0.5, 1.0]}, "binary"),
+        ({"uid": ["a"], "acc": [1]}, "missing"),
+        ({"uid": [], "data_source": [], "acc": []}, "no validation records"),
+    ],
+)
+def test_bad_records_raise(records, match):
+    with pytest.raises(ValueError, match=match):
+        metrics.validation_metrics(records)
+
+
+def test_estimator_argument_errors():
+    with pytest.raises(ValueError, match="n >= k"):
+        metrics.best_at_k([3], [1], 4)
+    with pytest.raises(ValueError, match="c <= n"):
+        metrics.worst_at_k([3], [4], 2)
+    with pytest.raises(ValueError, match="k must be"):
+        metrics.best_at_k([3], [1], 0)
+
+
+def test_pass_rate_histogram():
+    records = {
+        "uid": ["a"] * 4 + ["b"] * 4 + ["c"] * 2 + ["d"] * 2,
+        "acc": [0, 0, 0, 0] + [1, 1, 1, 1] + [1, 0] + [1, 0],
+    }
+    hist = metrics.pass_rate_histogram(records, bins=4)
+    assert hist["edges"] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert hist["counts"] == [1, 0, 2, 1]  # 0 -> first bin, 0.5 -> third, 1.0 -> last (closed)
+    assert hist["n_problems"] == 4
+    assert hist["frac_zero"] == 0.25 and hist["frac_one"] == 0.25
+    assert sum(hist["counts"]) == hist["n_problems"]
+    with pytest.raises(ValueError, match="bins"):
+        metrics.pass_rate_histogram(records, bins=0)
+
+
+def test_epochs():
+    assert metrics.epochs(150, 32, 4800) == 1.0
+    assert metrics.epochs(0, 32, 6000) == 0.0
+    with pytest.raises(ValueError, match="dataset_size"):
+        metrics.epochs(10, 32, 0)
+
+
+def test_metrics_imports_neither_torch_nor_verl():
+    code = "import sys, verl_isocompute.metrics; print(sorted({'torch', 'verl'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,174 @@
+"""Math reward (verl_isocompute.reward): answer extraction, math-verify verdicts, threads and the time bound."""
+
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from verl_isocompute import reward
+
+# (model output, ground truth, correct?)
+PAIRS = [
+    # fractions and decimals
+    ("So the result is \\boxed{\\frac{1}{2}}.", "0.5", True),
+    ("\\boxed{0.5}", "\\frac{1}{2}", True),
+    ("\\boxed{\\dfrac{3}{4}}", "0.75", True),
+    ("\\boxed{-\\frac{3}{4}}", "-0.75", True),
+    ("\\boxed{0.3333333}", "1/3", True),
+    ("\\boxed{0.333}", "1/3", False),
+    ("\\boxed{\\frac{1}{3}}", "\\frac{1}{2}", False),
+    # integers, formatting, units
+    ("\\boxed{1,000,000}", "1000000", True),
+    ("\\boxed{3.0}", "3", True),
+    ("\\boxed{10^{3}}", "1000", True),
+    ("\\boxed{50\\%}", "50", True),
+    ("\\boxed{3 \\text{ cm}}", "3", True),
+    ("\\boxed{\\$5}", "5", True),
+    ("\\boxed{4}", 4, True),
+    ("\\boxed{7}", "8", False),
+    # LaTeX expressions
+    ("\\boxed{\\sqrt{50}}", "5\\sqrt{2}", True),
+    ("\\boxed{\\dfrac{\\sqrt{3}}{2}}", "\\frac{\\sqrt3}{2}", True),
+    ("\\boxed{x^2 - 1}", "(x-1)(x+1)", True),
+    ("\\boxed{y = 2x + 3}", "y=2x+3", True),
+    ("\\boxed{2\\pi}", "2\\pi", True),
+    ("\\boxed{\\pi}", "3.14", False),
+    ("\\boxed{(1, 2)}", "(1,2)", True),
+    ("\\boxed{(2, 1)}", "(1,2)", False),
+    ("\\boxed{\\{1,2,3\\}}", "\\{3,2,1\\}", True),
+    ("\\boxed{\\infty}", "\\infty", True),
+    ("\\boxed{\\text{(C)}}", "C", True),
+    # boxed: several, nested, truncated, ground truth given boxed
+    ("First guess \\boxed{3}, but on reflection \\boxed{4}", "4", True),
+    ("First guess \\boxed{4}, but on reflection \\boxed{3}", "4", False),
+    ("\\boxed{\\boxed{5}}", "5", True),
+    ("I get \\boxed{7}. Checking again: \\boxed{1", "7", True),
+    ("\\boxed{\\frac{1}{2}}", "\\boxed{0.5}", True),
+    ("\\fbox{9}", "9", True),
+    # final-answer lines
+    ("Answer: 42", "42", True),
+    ("**Final Answer:** 42", "42", True),
+    ("The final answer is 42.", "42", True),
+    ("The final answer is 41.", "42", False),
+    ("Final Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.", "0.75", True),
+    ("Natalia sold 48 + 24 = 72 clips.\n#### 72", "72", True),
+    ("#### 1,234", "1234", True),
+    ("The answer is: \\(x = 3\\)", "3", True),
+    ("Answer: (B)", "B", True),
+    # no answer at all
+    ("", "0", False),
+    ("I am not sure how to solve this.", "5", False),
+    ("The value 42 appears in the problem.", "42", False),
+    ("\\boxed{}", "0", False),
+]
+
+
+@pytest.mark.parametrize("solution, ground_truth, correct", PAIRS)
+def test_answer_pairs(solution, ground_truth, correct):
+    out = reward.compute_score(data_source="math", solution_str=solution, ground_truth=ground_truth, extra_info={})
+    assert out == {"score": float(correct), "acc": correct, "pred": reward.extract_answer(solution)}
+
+
+@pytest.mark.parametrize(
+    "solution, answer",
+    [
+        ("so \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),
+        ("\\boxed{\\boxed{5}}", "5"),
+        ("\\boxed{12", ""),
+        ("**Final Answer**: $\\frac{3}{4}$", "\\frac{3}{4}"),
+        ("Final Answer: The final answer is $1,000$. I hope it is correct.", "1,000"),
+        ("We need the answer: 7.\nSo the answer is 8.", "8"),
+        ("answer: \\frac{1}{2} \n more text", "\\frac{1}{2}"),
+        ("The answer is \\[ \\sqrt{2} \\]", "\\sqrt{2}"),
+        ("no answer here", ""),
+    ],
+)
+def test_extract_answer(solution, answer):
+    assert reward.extract_answer(solution) == answer
+
+
+def test_extraction_is_linear_time_on_adversarial_output():
+    text = "\\boxed{" * 50_000 + "answer is " * 20_000
+    start = time.perf_counter()
+    reward.extract_answer(text)
+    assert time.perf_counter() - start < 2.0
+
+
+def test_verl_keyword_arguments_are_accepted():
+    # verl adds these when a reward router is configured, and merges reward_kwargs into the call.
+    out = reward.compute_score(
+        data_source="math",
+        solution_str="\\boxed{2}",
+        ground_truth="2",
+        extra_info=None,
+        reward_router_address=None,
+        reward_model_tokenizer=None,
+        timeout_seconds=3,
+    )
+    assert out["score"] == 1.0
+
+
+def test_many_threads_at_once():
+    # verl calls the reward from a thread pool; far more threads than workers must neither fail nor deadlock.
+    jobs = PAIRS * 4
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        futures = [pool.submit(reward.compute_score, "math", s, g) for s, g, _ in jobs]
+        results = [f.result(timeout=60) for f in futures]
+    assert [r["acc"] for r in results] == [c for _, _, c in jobs]
+
+
+PATHOLOGICAL = "\\boxed{9^{9^{9^{9^{9}}}}}"  # sympy tries to build a number with ~10^(3.7e8) digits
+
+
+def test_pathological_answer_really_hangs_math_verify():
+    code = (
+        "from math_verify import parse, verify\n"
+        f"gold = parse('$1$', parsing_timeout=None); pred = parse({PATHOLOGICAL!r}, parsing_timeout=None)\n"
+        "verify(gold, pred, timeout_seconds=None)\n"
+    )
+    with pytest.raises(subprocess.TimeoutExpired):
+        subprocess.run([sys.executable, "-c", code], timeout=5, capture_output=True)
+
+
+def test_pathological_answer_scores_zero_within_the_bound_and_others_keep_working():
+    bound, slack = 1.5, 1.0
+    reward.compute_score("math", "\\boxed{1}", "1")  # a ready worker: start-up is not part of the bound
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        start = time.perf_counter()
+        slow = pool.submit(reward.compute_score, "math", PATHOLOGICAL, "1", timeout_seconds=bound)
+        time.sleep(0.2)
+        normal = [pool.submit(reward.compute_score, "math", s, g) for s, g, _ in PAIRS[:8]]
+        assert [f.result(timeout=30)["acc"] for f in normal] == [c for _, _, c in PAIRS[:8]]
+        out = slow.result(timeout=30)
+        elapsed = time.perf_counter() - start
+    assert out == {"score": 0.0, "acc": False, "pred": PATHOLOGICAL[len("\\boxed{") : -1]}
+    assert elapsed < bound + slack
+    assert reward.compute_score("math", "\\boxed{6}", "6")["acc"]  # the killed worker was replaced
+
+
+def test_dead_idle_worker_is_replaced():
+    reward.compute_score("math", "\\boxed{1}", "1")
+    for worker in list(reward._get_pool().idle):
+        worker.proc.kill()
+        worker.proc.wait()
+    assert reward.compute_score("math", "\\boxed{2}", "2")["acc"]
+
+
+def test_orphaned_worker_is_stopped_by_its_cpu_limit():
+    # If the parent died mid-job nobody would kill the worker; its RLIMIT_CPU backstop must end it.
+    worker = reward._Worker()
+    worker.conn.send(("1", "9^{9^{9^{9^{9}}}}", 0.5))
+    assert worker.proc.wait(timeout=30) == -signal.SIGXCPU
+    worker.kill()
+
+
+def test_works_when_verl_loads_the_module_by_file_path():
+    from verl.utils.import_utils import load_extern_object
+
+    compute_score = load_extern_object(reward.__file__, "compute_score")
+    assert compute_score is not reward.compute_score
+    assert compute_score(data_source="m", solution_str="\\boxed{3}", ground_truth="3")["acc"]
+    compute_score.__globals__["shutdown"]()  # that copy of the module has its own workers

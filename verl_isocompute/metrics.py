@@ -1,0 +1,160 @@
+"""Validation and training diagnostics of the IsoCompute playbook, as pure functions (numpy/pandas only).
+
+Validation (arXiv 2603.12151, section 2): each validation problem is sampled n times (the paper: 4, at
+temperature 0.6) and three numbers are reported, each a mean over problems:
+
+* ``avg@k``   mean correctness, c / n for a problem with c of n samples correct;
+* ``best@k``  probability that at least one of k samples is correct (pass@k);
+* ``worst@k`` probability that all k samples are correct.
+
+With n >= k samples, the unbiased estimators are the combinatorial ones, averaging over all k-subsets of
+the n samples without replacement::
+
+    best@k  = 1 - C(n - c, k) / C(n, k)        worst@k = C(c, k) / C(n, k)
+
+computed as products of k ratios, which stay in [0, 1] for any n (C(2048, 1024) would overflow a float).
+For k = n they are the share of problems with at least one / with all samples correct, as in the paper.
+verl's own ``best@k``/``worst@k`` validation metrics bootstrap k samples *with* replacement, so a draw
+can repeat a sample and see fewer distinct ones: their best@k is biased low and worst@k biased high (and
+they are noisy); these estimators have neither problem.
+
+Training diagnostics (section 6): the distribution of per-problem pass rates within an epoch shows
+whether progress is uniform or rich-get-richer (interference between problems), and epochs are
+steps * b_problem / D.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+Records = pd.DataFrame | Mapping[str, Any] | Iterable[Mapping[str, Any]]
+
+
+def _k_subset_ratio(top: np.ndarray, n: np.ndarray, k: int) -> np.ndarray:
+    """C(top, k) / C(n, k) per entry, as prod_{i<k} (top - i) / (n - i); 0 when top < k."""
+    i = np.arange(k)
+    ratios = (top[:, None] - i) / (n[:, None] - i)
+    return np.prod(np.clip(ratios, 0.0, None), axis=1)
+
+
+def _check_counts(n: Any, c: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+    n = np.asarray(n, dtype=float).reshape(-1)
+    c = np.asarray(c, dtype=float).reshape(-1)
+    if n.shape != c.shape:
+        raise ValueError(f"n and c must have the same length, got {n.size} and {c.size}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if np.any((c < 0) | (c > n)):
+        raise ValueError("each problem needs 0 <= c <= n correct samples")
+    if np.any(n < k):
+        raise ValueError(f"every problem needs n >= k = {k} samples, but the fewest is {int(n.min())}")
+    return n, c
+
+
+def best_at_k(n: Any, c: Any, k: int) -> np.ndarray:
+    """Unbiased pass@k per problem: chance that k of its n samples (drawn without replacement) hold a correct one."""
+    n, c = _check_counts(n, c, k)
+    return 1.0 - _k_subset_ratio(n - c, n, k)
+
+
+def worst_at_k(n: Any, c: Any, k: int) -> np.ndarray:
+    """Unbiased all-correct@k per problem: chance that k of its n samples are all correct."""
+    n, c = _check_counts(n, c, k)
+    return _k_subset_ratio(c, n, k)
+
+
+def _per_problem(records: Records, columns: list[str]) -> pd.DataFrame:
+    """One row per problem: its data_source, uid, number of samples n and number correct c."""
+    frame = records if isinstance(records, pd.DataFrame) else pd.DataFrame(records)
+    missing = [col for col in columns if col not in frame.columns]
+    if missing:
+        raise ValueError(f"records need columns {columns}, missing {missing}")
+    acc = pd.to_numeric(frame["acc"]).astype(float)
+    if not acc.isin([0.0, 1.0]).all():
+        raise ValueError("acc must be binary correctness (0/1 or bool), e.g. the reward's 'acc', not a shaped score")
+    keys = [col for col in columns if col != "acc"]
+    grouped = frame.assign(acc=acc).groupby(keys, sort=True)["acc"]
+    return grouped.agg(n="size", c="sum").reset_index()
+
+
+def validation_metrics(records: Records, k: int | None = None, prefix: str = "val") -> dict[str, float]:
+    """avg@k, best@k and worst@k overall and per data source, from per-sample validation records.
+
+    Args:
+        records: one row per validation sample with columns ``uid`` (the problem), ``data_source`` and
+            ``acc`` (0/1); a DataFrame, a dict of columns or a list of dicts.
+        k: samples per problem in best@k / worst@k; default: the number of samples per problem
+            (which must then be the same for every problem). Every problem needs >= k samples.
+        prefix: key prefix.
+
+    Returns:
+        ``{f"{prefix}/avg@{k}": .., f"{prefix}/best@{k}": .., f"{prefix}/worst@{k}": ..}`` (means over all
+        problems) plus the same three per data source under ``.../<data_source>``.
+    """
+    problems = _per_problem(records, ["data_source", "uid", "acc"])
+    if problems.empty:
+        raise ValueError("no validation records")
+    if k is None:
+        sizes = problems["n"].unique()
+        if sizes.size != 1:
+            raise ValueError(
+                f"problems have between {sizes.min()} and {sizes.max()} samples: pass k explicitly "
+                "(every problem needs at least k)"
+            )
+        k = int(sizes[0])
+    short = problems[problems["n"] < k]
+    if not short.empty:
+        raise ValueError(
+            f"{len(short)} problem(s) have fewer than k={k} samples (e.g. uid {short['uid'].iloc[0]!r} has "
+            f"{int(short['n'].iloc[0])}): set actor_rollout_ref.rollout.val_kwargs.n >= {k} or pass a smaller k"
+        )
+    problems["avg"] = problems["c"] / problems["n"]
+    problems["best"] = best_at_k(problems["n"], problems["c"], k)
+    problems["worst"] = worst_at_k(problems["n"], problems["c"], k)
+
+    def means(frame: pd.DataFrame, suffix: str) -> dict[str, float]:
+        return {f"{prefix}/{name}@{k}{suffix}": float(frame[name].mean()) for name in ("avg", "best", "worst")}
+
+    metrics = means(problems, "")
+    for source, frame in problems.groupby("data_source", sort=True):
+        metrics.update(means(frame, f"/{source}"))
+    return metrics
+
+
+def pass_rate_histogram(records: Records, bins: int = 10) -> dict[str, Any]:
+    """Distribution of per-problem training pass rates (mean acc of each problem's rollouts) within an epoch.
+
+    The paper's interference diagnostic (section 6): under uniform progress the mass moves right together;
+    under rich-get-richer, problems pile up at 0 and 1. Pass the records of one epoch, one row per rollout
+    with columns ``uid`` (the problem: stable for the epoch, as verl's ``uid`` is) and ``acc`` (0/1).
+
+    Returns plain data: ``edges`` (bins + 1 fixed edges over [0, 1]; the last bin includes 1), ``counts``
+    per bin, ``n_problems``, and the shares of problems never solved (``frac_zero``) and always solved
+    (``frac_one``), which the bins alone blur.
+    """
+    if bins < 1:
+        raise ValueError(f"bins must be >= 1, got {bins}")
+    problems = _per_problem(records, ["uid", "acc"])
+    rates = (problems["c"] / problems["n"]).to_numpy()
+    counts, edges = np.histogram(rates, bins=bins, range=(0.0, 1.0))
+    n_problems = int(rates.size)
+    return {
+        "edges": edges.tolist(),
+        "counts": counts.tolist(),
+        "n_problems": n_problems,
+        "frac_zero": float(np.mean(rates == 0.0)) if n_problems else 0.0,
+        "frac_one": float(np.mean(rates == 1.0)) if n_problems else 0.0,
+    }
+
+
+def epochs(steps: float, b_problem: int, dataset_size: int) -> float:
+    """Passes over the training set after ``steps`` steps of ``b_problem`` problems: steps * b_problem / D."""
+    if dataset_size <= 0:
+        raise ValueError(f"dataset_size must be positive, got {dataset_size}")
+    if steps < 0 or b_problem <= 0:
+        raise ValueError(f"need steps >= 0 and b_problem > 0, got steps={steps}, b_problem={b_problem}")
+    return steps * b_problem / dataset_size

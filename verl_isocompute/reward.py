@@ -1,0 +1,313 @@
+"""Binary math reward for verl: extract the final answer, check it with math-verify, within a real time bound.
+
+The IsoCompute recipe (arXiv 2603.12151, section 2) rewards a rollout 1 if its final answer is
+mathematically equal to the reference and 0 otherwise, as judged by a math answer verifier (math-verify).
+Use it as verl's custom reward::
+
+    reward.custom_reward_function.path=pkg://verl_isocompute.reward
+    reward.custom_reward_function.name=compute_score
+
+The answer is the content of the last complete ``\\boxed{...}`` (nested braces and nested boxes allowed);
+without one, the last final-answer line ("Answer: 42", "The final answer is $42$", "#### 42"). Only that
+string is verified against the ground truth: no reasoning text reaches sympy.
+
+Why a worker process. verl calls a synchronous reward function from a thread pool. math-verify bounds
+its time with ``signal.alarm``, which works only on the main thread (off it every call fails), and sympy
+can run for minutes on a legitimate-looking answer: ``9^{9^{9}}`` asks for a 370-million-digit integer, and
+the big-integer arithmetic holds the GIL, so no thread can interrupt it. So math-verify runs with its own
+timeouts off, in a small pool of persistent worker processes; a caller waits at most
+``timeout_seconds`` (default :data:`TIMEOUT_SECONDS`) for its answer, then kills that worker, scores 0 and
+a fresh worker is started on demand. Other callers are unaffected: each worker serves one caller at a
+time. The workers are plain ``python -c`` subprocesses (not ``multiprocessing``), so they never re-import
+the parent's ``__main__`` and work however verl loaded this module. A worker starts in ~0.5 s (Python plus
+sympy import and a warm-up parse); verifying a typical answer then takes about a millisecond.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+from multiprocessing.connection import Connection
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# Per-answer bound on verification (seconds of wall clock once a worker has the job). Typical answers take
+# milliseconds; a few seconds leaves room for honest symbolic work on a loaded machine. Override per run
+# with reward.custom_reward_function.reward_kwargs.timeout_seconds.
+TIMEOUT_SECONDS = 5.0
+# Verification is light, and the workers share the CPU with the trainer: a few suffice.
+MAX_WORKERS = min(4, os.cpu_count() or 1)
+# Generous: a worker's start-up (imports) is not part of the per-answer bound, but must not hang forever.
+STARTUP_TIMEOUT_SECONDS = 120.0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Answer extraction (in the caller's thread: linear-time string work, no sympy).
+
+_BOX_TOKEN = re.compile(r"\\(?:boxed|fbox)\s*\{|\{|\}")
+_ANSWER_LINE = re.compile(
+    r"\banswer\b[*\s]*(?:is\b|:)[*\s:]*(?P<answer>[^\n]*)|^[ \t]*####[ \t]*(?P<gsm8k>[^\n]*)",
+    re.IGNORECASE | re.MULTILINE,
+)
+_MATH_SPAN = re.compile(r"\$\$?(?P<a>[^$]+)\$|\\\((?P<b>.+?)\\\)|\\\[(?P<c>.+?)\\\]")
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the complete ``\\boxed{}`` that starts last (so the innermost of nested boxes), or None."""
+    stack: list[tuple[bool, int]] = []  # (is a box, where its content starts) per open brace
+    best_start, best = -1, None
+    for token in _BOX_TOKEN.finditer(text):
+        if token.group() == "}":
+            if stack:
+                is_box, start = stack.pop()
+                if is_box and start > best_start:
+                    best_start, best = start, text[start : token.start()]
+        else:
+            stack.append((token.group() != "{", token.end()))
+    return best
+
+
+def _clean(answer: str) -> str:
+    """The math in an answer-line remainder: its first math span if any, else the text up to the sentence end."""
+    span = _MATH_SPAN.search(answer)
+    if span:
+        return next(g for g in span.groups() if g is not None).strip()
+    answer = re.split(r"\.(?:\s|$)", answer, maxsplit=1)[0]
+    return answer.replace("*", "").strip().strip("$").strip()
+
+
+def extract_answer(solution_str: str) -> str:
+    """The final answer in a model output ("" if there is none): last ``\\boxed{}``, else last answer line."""
+    boxed = _last_boxed(solution_str)
+    if boxed is not None:
+        return boxed.strip()
+    last = None
+    for last in _ANSWER_LINE.finditer(solution_str):
+        pass
+    if last is None:
+        return ""
+    return _clean(last.group("answer") if last.group("answer") is not None else last.group("gsm8k"))
+
+
+def _normalise_ground_truth(ground_truth: Any) -> str:
+    text = str(ground_truth).strip()
+    boxed = _last_boxed(text)
+    return (boxed if boxed is not None else text).strip().strip("$").strip()
+
+
+# ---------------------------------------------------------------------------------------------------
+# The worker process.
+
+
+def _serve(fd: int) -> None:
+    """Worker main loop: receive (gold, pred, bound), answer whether they are equal, until EOF."""
+    import functools
+    import resource
+
+    logging.disable(logging.WARNING)  # math-verify warns on every call that its own timeouts are off
+    from math_verify import parse, verify
+
+    @functools.lru_cache(maxsize=1024)  # one ground truth is checked against all n rollouts of its problem
+    def parse_gold(gold: str):
+        return parse(f"${gold}$", parsing_timeout=None)
+
+    def check(gold: str, pred: str) -> bool:
+        try:
+            gold_parsed = parse_gold(gold)
+            pred_parsed = parse(f"${pred}$", parsing_timeout=None)
+            return bool(gold_parsed and pred_parsed and verify(gold_parsed, pred_parsed, timeout_seconds=None))
+        except Exception:  # math-verify/sympy raise on exotic input: that answer is simply not verified
+            return False
+
+    check("1/2", "\\frac{1}{2}")  # warm-up: the first parse builds math-verify's grammars
+    conn = Connection(fd)
+    conn.send("ready")
+    while True:
+        try:
+            gold, pred, bound = conn.recv()
+        except EOFError:
+            return
+        # Backstop for an orphaned worker (parent killed mid-job): the kernel ends a job that overruns its
+        # CPU budget by SIGXCPU. Normally the parent kills the worker at the wall-clock bound first.
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        soft = int(used.ru_utime + used.ru_stime + 2 * bound) + 2
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+        conn.send(check(gold, pred))
+
+
+class _Worker:
+    def __init__(self) -> None:
+        parent_end, child_end = socket.socketpair()
+        # The parent directory of this package, so the worker imports us even if verl loaded this file by path.
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+        code = "import sys; from verl_isocompute.reward import _serve; _serve(int(sys.argv[1]))"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(child_end.fileno())],
+            pass_fds=(child_end.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env=env,
+        )
+        child_end.close()
+        self.conn = Connection(parent_end.detach())
+        try:
+            if not self.conn.poll(STARTUP_TIMEOUT_SECONDS):
+                raise RuntimeError(f"did not start within {STARTUP_TIMEOUT_SECONDS:.0f} s")
+            self.conn.recv()
+        except (RuntimeError, EOFError, OSError) as err:
+            self.kill()
+            raise RuntimeError(
+                f"math-verify worker failed to start ({err}); check that `{sys.executable} -c "
+                "'import verl_isocompute.reward, math_verify'` works"
+            ) from err
+
+    def check(self, gold: str, pred: str, timeout: float) -> bool | None:
+        """True/False, or None if the worker overran ``timeout`` or died (it must then be killed)."""
+        try:
+            self.conn.send((gold, pred, timeout))
+            if self.conn.poll(timeout):
+                return self.conn.recv()
+        except (EOFError, OSError):
+            pass
+        return None
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.conn.close()
+
+
+class _WorkerPool:
+    """Up to ``max_workers`` workers, each lent to one caller at a time; broken ones are replaced on demand."""
+
+    def __init__(self, max_workers: int) -> None:
+        self.max_workers = max_workers
+        self.idle: list[_Worker] = []
+        self.live: set[_Worker] = set()
+        self.starting = 0
+        self.cond = threading.Condition()
+
+    def _acquire(self) -> _Worker:
+        while True:
+            with self.cond:
+                while not self.idle and len(self.live) + self.starting >= self.max_workers:
+                    self.cond.wait()
+                if not self.idle:
+                    self.starting += 1
+                    break
+                worker = self.idle.pop()
+            if worker.proc.poll() is None:
+                return worker
+            self._release(worker, healthy=False)  # died while idle (e.g. the OOM killer): replace it
+        try:
+            worker = _Worker()
+        except BaseException:
+            with self.cond:
+                self.starting -= 1
+                self.cond.notify()
+            raise
+        with self.cond:
+            self.starting -= 1
+            self.live.add(worker)
+        return worker
+
+    def _release(self, worker: _Worker, healthy: bool) -> None:
+        if not healthy:
+            worker.kill()
+        with self.cond:
+            if healthy:
+                self.idle.append(worker)
+            else:
+                self.live.discard(worker)
+            self.cond.notify()
+
+    def check(self, gold: str, pred: str, timeout: float) -> bool | None:
+        worker = self._acquire()
+        healthy = False
+        try:
+            result = worker.check(gold, pred, timeout)
+            healthy = result is not None
+            return result
+        finally:
+            self._release(worker, healthy)
+
+    def shutdown(self) -> None:
+        with self.cond:
+            workers, self.live, self.idle = list(self.live), set(), []
+        for worker in workers:
+            worker.kill()
+
+
+_pool: _WorkerPool | None = None
+_pool_lock = threading.Lock()
+
+
+def _get_pool() -> _WorkerPool:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = _WorkerPool(MAX_WORKERS)
+        return _pool
+
+
+def _forget_pool_after_fork() -> None:
+    # A forked child must not talk to its parent's workers; it starts its own on demand.
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+def shutdown() -> None:
+    """Stop all worker processes (also runs at interpreter exit); later calls start new ones."""
+    global _pool
+    with _pool_lock:
+        pool, _pool = _pool, None
+    if pool is not None:
+        pool.shutdown()
+
+
+atexit.register(shutdown)
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
+def verify_answer(pred: str, ground_truth: Any, timeout_seconds: float | None = None) -> bool:
+    """Is the extracted answer ``pred`` equal to ``ground_truth``? False if unverifiable within the bound."""
+    gold = _normalise_ground_truth(ground_truth)
+    if not pred or not gold:
+        return False
+    timeout = TIMEOUT_SECONDS if timeout_seconds is None else float(timeout_seconds)
+    result = _get_pool().check(gold, pred, timeout)
+    if result is None:
+        logger.warning("math-verify gave no verdict within %.1f s on answer %.200r; scored 0", timeout, pred)
+        return False
+    return result
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict | None = None,
+    timeout_seconds: float | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """verl's ``reward.custom_reward_function`` entry point: 1.0 if the final answer is right, else 0.0.
+
+    verl calls it as ``fn(data_source=, solution_str=, ground_truth=, extra_info=, **reward_kwargs)`` from a
+    thread pool; ``timeout_seconds`` (default :data:`TIMEOUT_SECONDS`) can come from ``reward_kwargs``.
+    Other keywords verl may add (e.g. ``reward_router_address``) are ignored.
+
+    Returns ``{"score": float, "acc": bool, "pred": str}`` (the keys of verl's DAPO math reward); ``pred``
+    is the extracted answer, "" if none was found.
+    """
+    pred = extract_answer(solution_str or "")
+    correct = verify_answer(pred, ground_truth, timeout_seconds)
+    return {"score": float(correct), "acc": correct, "pred": pred}
