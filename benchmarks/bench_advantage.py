@@ -6,7 +6,7 @@ uids, int64 response mask, the outcome reward on the last response token). The e
 round-robin so that load from other processes hits all of them alike; each row is the median of
 ``--repeats`` runs. Target: ours no slower than the faster of verl's two.
 
-    python benchmarks/bench_advantage.py [--repeats 5]
+    python benchmarks/bench_advantage.py [--repeats 3]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def make_batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, t
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
     rewards, mask, index, acc = make_batch()

@@ -83,6 +83,11 @@ def test_per_data_source_keys_and_overall_is_mean_over_problems():
     assert out["val/best@2"] == pytest.approx(0.5)
 
 
+def test_problems_without_a_data_source_still_count_overall():
+    records = {"uid": ["a", "a", "b", "b"], "data_source": ["s", "s", None, None], "acc": [1, 1, 0, 0]}
+    assert metrics.validation_metrics(records)["val/avg@2"] == 0.5
+
+
 def test_bool_acc_and_custom_prefix():
     records = [{"uid": "a", "data_source": "s", "acc": v} for v in (True, False)]
     assert metrics.validation_metrics(records, prefix="test")["test/best@2"] == 1.0

@@ -10,8 +10,9 @@ and broadcast over the rollout's response tokens. ``isocompute_grpo`` is exactly
 on the same inputs (``norm_adv_by_std_in_grpo=False`` drops the division, as in Dr. GRPO), with three
 differences that are about robustness, not the method:
 
-* it is vectorised (group ids by hashing, statistics by ``index_add_``), several times faster than verl's
-  ``grpo`` (a Python loop over rollouts) and ``grpo_vectorized`` (which sorts the uid strings);
+* it is vectorised (group ids by hashing, statistics by ``index_add_``): on 65,536 rollouts x 1,024 tokens
+  it beats both verl's ``grpo`` (a Python loop over rollouts; ~3x slower) and ``grpo_vectorized`` (which
+  sorts the uid strings and casts the mask element by element), see ``benchmarks/bench_advantage.py``;
 * a group with zero reward variance gets advantage exactly 0 even when rounding leaves
   ``r_i - mean_g`` a few ulps away from 0 (verl divides that residue by ``epsilon``);
 * a group of one rollout is a configuration error: verl silently uses mean 0 / std 1 there, which turns
@@ -120,7 +121,7 @@ def _outcome_advantages(
         if train_mask is not None:
             keep &= train_mask.to(keep.device)
         scalars = torch.where(keep, scalars, torch.zeros_like(scalars))
-        # Same values as scalars[:, None] * response_mask, ~1.7x faster for verl's int64/bool masks: the
+        # Same values as scalars[:, None] * response_mask, ~1.6x faster for verl's int64/bool masks: the
         # mixed-dtype product takes a slow casting path. copy=True: never scale the caller's mask in place.
         return response_mask.to(dtype=scalars.dtype, copy=True).mul_(scalars.unsqueeze(-1))
 

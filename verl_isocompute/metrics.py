@@ -77,7 +77,8 @@ def _per_problem(records: Records, columns: list[str]) -> pd.DataFrame:
     if not acc.isin([0.0, 1.0]).all():
         raise ValueError("acc must be binary correctness (0/1 or bool), e.g. the reward's 'acc', not a shaped score")
     keys = [col for col in columns if col != "acc"]
-    grouped = frame.assign(acc=acc).groupby(keys, sort=True)["acc"]
+    # dropna=False: a problem with a missing data_source still counts in the overall metrics.
+    grouped = frame.assign(acc=acc).groupby(keys, sort=True, dropna=False)["acc"]
     return grouped.agg(n="size", c="sum").reset_index()
 
 
@@ -120,7 +121,7 @@ def validation_metrics(records: Records, k: int | None = None, prefix: str = "va
         return {f"{prefix}/{name}@{k}{suffix}": float(frame[name].mean()) for name in ("avg", "best", "worst")}
 
     metrics = means(problems, "")
-    for source, frame in problems.groupby("data_source", sort=True):
+    for source, frame in problems.groupby("data_source", sort=True, dropna=False):
         metrics.update(means(frame, f"/{source}"))
     return metrics
 
