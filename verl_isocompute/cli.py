@@ -1,7 +1,7 @@
 """The ``isocompute`` command: one subcommand per step of the workflow.
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
-modules are imported only when their subcommand runs, so ``isocompute fit`` never imports torch or verl.
+only the module of the subcommand being run is imported, so ``isocompute fit`` never imports torch or verl.
 """
 
 from __future__ import annotations
@@ -14,26 +14,43 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("verl_isocompute.doctor", "check that verl sees this plugin and the CPU backend works"),
     "demo": ("verl_isocompute.demo", "run the CPU demo: a few real verl GRPO steps on a small model"),
+    "fit": ("verl_isocompute.scaling.cli", "fit the compute-optimal frontier and the n*(C) sigmoid from run logs"),
     "allocate": ("verl_isocompute.allocation_cli", "turn a rollout budget into n, B_problem, steps and lr from an n*(C) curve"),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen(argv: list[str]) -> str | None:
+    """The subcommand named on the command line, if any (the first word that is not an option)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in SUBCOMMANDS else None
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The ``isocompute`` parser; only the chosen subcommand's module is imported."""
     parser = argparse.ArgumentParser(
         prog="isocompute",
         description="Compute-optimal RL for LLMs on verl (IsoCompute playbook, arXiv 2603.12151).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    chosen = _chosen(sys.argv[1:] if argv is None else argv)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
+        if name != chosen:
+            sub.add_parser(name, help=help_text, description=help_text)
+            continue
         module = importlib.import_module(module_name)
-        sp = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip().split("\n\n")[0])
+        description = (module.__doc__ or help_text).strip()
+        sp = sub.add_parser(
+            name, help=help_text, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
         module.add_arguments(sp)
         sp.set_defaults(_module=module)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     return int(args._module.run(args) or 0)
 
 

@@ -63,9 +63,9 @@ class HFRolloutServer:
         from transformers import AutoModelForCausalLM, GenerationConfig
 
         from verl.utils.config import omega_conf_to_dataclass
-        from verl.workers.config import HFModelConfig
+        from verl.workers.config import HFModelConfig, RolloutConfig
 
-        config = omega_conf_to_dataclass(config)
+        config = omega_conf_to_dataclass(config, dataclass_type=RolloutConfig)
         model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
         self.config = config
         self.replica_rank = replica_rank

@@ -58,6 +58,21 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch
     return logits
 
 
+def _sample(scaled: torch.Tensor, top_k: int, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
+    """Draw one token per row from softmax(scaled) restricted by top-k / top-p.
+
+    With top-k set, the draw happens among the k best tokens only (gathered first), which gives the same
+    distribution as masking the full vocabulary but sorts and samples k values instead of the vocabulary.
+    """
+    if top_k is not None and 0 < top_k < scaled.shape[-1]:
+        values, indices = torch.topk(scaled, top_k, dim=-1)
+        values = _filter_top_k_top_p(values, -1, top_p)
+        pick = torch.multinomial(torch.softmax(values, dim=-1), 1, generator=generator)
+        return indices.gather(-1, pick).squeeze(-1)
+    filtered = _filter_top_k_top_p(scaled, -1, top_p)
+    return torch.multinomial(torch.softmax(filtered, dim=-1), 1, generator=generator).squeeze(-1)
+
+
 class BatchSampler:
     """Samples continuations for a batch of token-id prompts with one HF causal LM."""
 
@@ -88,8 +103,14 @@ class BatchSampler:
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
+        # Only the last position's logits are needed from the prompt pass; computing the LM head over
+        # every prompt position costs as much as several decode steps on a large vocabulary.
         out = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=True,
+            logits_to_keep=1,
         )
         past = out.past_key_values
         next_logits = out.logits[:, -1, :].float()
@@ -110,8 +131,7 @@ class BatchSampler:
             if greedy:
                 chosen = scaled.argmax(dim=-1)
             else:
-                filtered = _filter_top_k_top_p(scaled, params.top_k, params.top_p)
-                chosen = torch.multinomial(torch.softmax(filtered, dim=-1), 1, generator=generator).squeeze(-1)
+                chosen = _sample(scaled, params.top_k, params.top_p, generator)
             chosen_logp = log_probs.gather(-1, chosen[:, None]).squeeze(-1)
 
             active = ~done

@@ -1,0 +1,108 @@
+"""The verl 0.9.x internals this plugin relies on. If verl moves one, this fails and says which.
+
+Each test names one thing we use and how; a failure here means a verl upgrade needs our code (and the
+matching diff in patches/) to follow. Keep this in step with the code: anything we import from verl or
+rely on by name belongs here.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+
+def _source(obj) -> str:
+    return inspect.getsource(obj)
+
+
+def test_platform_registry():
+    from verl.plugin.platform import PlatformBase, PlatformRegistry, get_platform  # noqa: F401
+    from verl.plugin.platform import platform_manager
+
+    assert callable(PlatformRegistry.register) and callable(PlatformRegistry.get)
+    assert "VERL_PLATFORM" in _source(platform_manager._detect_platform_name)
+
+
+def test_cpu_platform_implements_every_abstract_method():
+    from verl_isocompute.cpu.platform import PlatformCPU
+
+    PlatformCPU()  # TypeError here: verl added an abstract method to PlatformBase
+
+
+def test_rollout_registries_and_base_classes():
+    from verl.workers.rollout import base, replica
+
+    assert isinstance(replica.RolloutReplicaRegistry._registry, dict)
+    assert isinstance(base._ROLLOUT_REGISTRY, dict) and ("vllm", "async") in base._ROLLOUT_REGISTRY
+    params = list(inspect.signature(replica.RolloutReplica.__init__).parameters)
+    assert params[:5] == ["self", "replica_rank", "config", "model_config", "gpus_per_node"]
+    assert {"is_reward_model", "is_teacher_model", "name_suffix"} <= set(params)
+    assert replica.RolloutReplica.__abstractmethods__ == frozenset({"launch_servers"})
+    assert base.BaseRollout.__abstractmethods__ == frozenset({"resume", "update_weights", "release"})
+    fields = set(replica.TokenOutput.model_fields)
+    assert {"token_ids", "log_probs", "stop_reason", "extra_fields"} <= fields
+
+
+def test_hf_backend_classes_instantiate_against_verl_abstracts():
+    from verl_isocompute.cpu.hf_rollout import HFReplica, HFServerAdapter
+
+    assert not HFReplica.__abstractmethods__ and not HFServerAdapter.__abstractmethods__
+
+
+def test_agent_loop_calls_servers_token_in_token_out():
+    from verl.experimental.agent_loop import agent_loop
+    from verl.workers.rollout.llm_server import LLMServerClient
+
+    src = _source(LLMServerClient.generate)
+    assert "server.generate.remote(" in src and "prompt_ids=prompt_ids" in src and "sampling_params=sampling_params" in src
+    assert "logprobs=config.calculate_log_probs" in _source(agent_loop)
+
+
+def test_weight_sync_path():
+    from verl.workers import engine_workers
+
+    src = _source(engine_workers.ActorRolloutRefWorker.update_weights)
+    assert "self.rollout.update_weights(" in src and "get_per_tensor_param" in src
+
+
+def test_process_group_init_is_what_patches_expect():
+    from verl.utils import distributed
+    from verl.workers import engine_workers
+
+    sig = inspect.signature(distributed.initialize_global_process_group_ray)
+    assert list(sig.parameters) == ["timeout_second", "backend"]
+    assert 'f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"' in _source(distributed.initialize_global_process_group_ray)
+    assert "initialize_global_process_group_ray(timeout_second=None)" in _source(engine_workers)
+
+
+def test_engine_registry_and_fsdp2_offload_policy():
+    from verl.workers.engine.base import EngineRegistry
+    from verl.workers.engine.fsdp import transformer_impl
+
+    assert "cuda" in EngineRegistry._engines["language_model"]["fsdp2"]
+    assert hasattr(transformer_impl, "CPUOffloadPolicy")
+    assert "CPUOffloadPolicy(pin_memory=True)" in _source(transformer_impl)
+
+
+def test_entry_points_we_drive():
+    from verl.trainer import main_ppo
+    from verl.utils import tracking
+    from verl.utils.import_utils import load_module
+
+    assert list(inspect.signature(main_ppo.run_ppo).parameters) == ["config", "task_runner_class"]
+    assert hasattr(main_ppo, "TaskRunnerV1")
+    assert "VERL_FILE_LOGGER_PATH" in _source(tracking.FileLogger)
+    assert load_module("pkg://verl_isocompute.data.arithmetic").DATA_SOURCE == "isocompute/arithmetic"
+
+
+def test_plugin_entry_point_is_declared():
+    from importlib.metadata import entry_points
+
+    eps = {ep.name: ep.value for ep in entry_points(group="verl.plugins")}
+    assert eps.get("isocompute") == "verl_isocompute.plugin"
+
+
+@pytest.mark.parametrize("module", ["verl", "verl.trainer.ppo.core_algos", "verl.workers.engine_workers"])
+def test_verl_modules_import(module):
+    __import__(module)

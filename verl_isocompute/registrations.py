@@ -1,0 +1,33 @@
+"""What our plugin registers into verl, as probes that only *look* (importing this registers nothing).
+
+``isocompute doctor`` imports verl in a fresh process and runs these probes: since verl swallows errors
+raised while loading plugins, a missing name here is how a user learns the plugin is broken.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+
+def _attr(module: str, name: str):
+    return getattr(importlib.import_module(module), name)
+
+
+# name -> probe returning True when verl can see the registration in this process.
+EXPECTED: dict[str, Callable[[], bool]] = {
+    "platform cpu": lambda: _attr("verl.plugin.platform", "PlatformRegistry").get("cpu") is not None,
+    "rollout hf (replica)": lambda: "hf" in _attr("verl.workers.rollout.replica", "RolloutReplicaRegistry")._registry,
+    "rollout hf (adapter)": lambda: ("hf", "async") in _attr("verl.workers.rollout.base", "_ROLLOUT_REGISTRY"),
+}
+
+
+def check_registrations() -> dict[str, bool]:
+    """Which of our registrations verl can see in this process."""
+    results = {}
+    for name, probe in EXPECTED.items():
+        try:
+            results[name] = bool(probe())
+        except Exception:
+            results[name] = False
+    return results
