@@ -1,0 +1,126 @@
+"""Fit the compute-optimal frontier and the n*(C) sigmoid from run logs (arXiv 2603.12151, section 4).
+
+RUNS are run directories (holding isocompute.jsonl), log files (isocompute.jsonl, verl file-logger
+.jsonl, a wandb/tensorboard .csv export), or directories searched recursively. Writes curve.json,
+frontier.csv, records.csv, fits.csv, report.md, frontier.png and n_star.png into --out, atomically.
+
+Exit status: 0 fitted; 1 no curve (n*(C) could not be determined or a fit did not converge: the
+message says which; with one value of n the frontier is still written); 2 bad input (nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", metavar="RUNS", help="run directories, log files, or directories to search")
+    parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="output directory (created if needed)")
+    parser.add_argument("--metric", default="val/avg@4",
+                        help="logged metric to maximise (default val/avg@4; val/best@4 or val/worst@4 give their own n*)")
+    parser.add_argument("--compute", choices=("rollouts", "tokens"), default="rollouts",
+                        help="compute unit C: cumulative rollouts (default) or generated tokens")
+    parser.add_argument("--bucket", type=float, default=0.01,
+                        help="reward bucket width for record-breaking points (default 0.01; 0 = none)")
+    parser.add_argument("--group-by", choices=("n", "n,b_problem"), default="n",
+                        help="one curve per n (B_problem fixed, default) or per (n, B_problem) for the joint sweep")
+    parser.add_argument("--fit-on", choices=("all", "records"), default="all",
+                        help="fit each group's curve to all validation points (default) or to its record-breaking points")
+    parser.add_argument("--per-group-r0", action="store_true",
+                        help="fit R0 (reward at C -> 0) per group instead of sharing one across groups")
+    parser.add_argument("--ema", type=float, default=0.0,
+                        help="per-run EMA smoothing of the metric, weight of the past in [0, 1) (default 0 = off)")
+    parser.add_argument("--window", type=int, default=5,
+                        help="running-average window over the n*(C) grid, in grid points (default 5 = 1/4 decade)")
+    parser.add_argument("--k-max", type=float, default=50.0, help="upper bound on the sigmoid's k (default 50)")
+    parser.add_argument("--bootstrap", type=int, default=200,
+                        help="bootstrap resamples over runs for confidence intervals (default 200; 0 = none)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--n", type=int, default=None, help="n for logs that do not record it (verl file logs, CSVs)")
+    parser.add_argument("--b-problem", type=int, default=None,
+                        help="B_problem (data.train_batch_size) for logs that do not record it")
+    parser.add_argument("--derive-compute", action="store_true",
+                        help="ignore logged compute counters; use C = step x n x b_problem")
+    parser.add_argument("--compare", default=None, metavar="CURVE",
+                        help="a curve to compare with in the report and plot: paper:<name> or a curve.json")
+
+
+def run(args: argparse.Namespace) -> int:
+    from verl_isocompute.scaling.curve import CurveError, load_curve
+    from verl_isocompute.scaling.errors import FitError, ScalingError
+    from verl_isocompute.scaling.fit import fit_frontier
+    from verl_isocompute.scaling.frontier import build_frontier
+    from verl_isocompute.scaling.records import load_runs
+    from verl_isocompute.scaling.report import write_outputs
+
+    try:
+        if args.bootstrap < 0:
+            raise ScalingError(f"--bootstrap must be >= 0, got {args.bootstrap}")
+        compare = load_curve(args.compare) if args.compare else None
+        if compare is not None and compare.compute_unit != args.compute:
+            raise ScalingError(
+                f"{args.compare} counts compute in {compare.compute_unit}, this fit in {args.compute}; "
+                f"pass --compute {compare.compute_unit} or compare with another curve"
+            )
+        logs = load_runs(args.runs, n=args.n, b_problem=args.b_problem, derive_compute=args.derive_compute)
+        frontier = build_frontier(logs, metric=args.metric, compute=args.compute, bucket=args.bucket, ema=args.ema)
+        result = fit_frontier(
+            frontier, group_by=args.group_by, fit_on=args.fit_on, shared_r0=not args.per_group_r0,
+            window=args.window, k_max=args.k_max, bootstrap=args.bootstrap, seed=args.seed,
+        )
+    except FitError as exc:
+        _error(f"{exc}\nNothing was written; previous outputs in {args.out} are untouched.")
+        return 1
+    except (ScalingError, CurveError) as exc:
+        _error(str(exc))
+        return 2
+    try:
+        written = write_outputs(result, args.out, compare=compare, compare_label=args.compare, command=_command(args))
+    except OSError as exc:
+        _error(f"cannot write to {args.out}: {exc}; previous outputs are untouched")
+        return 2
+
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for path in written:
+        print(f"wrote {path}")
+    if result.curve is None:
+        _error(f"no n*(C) curve: {result.no_curve_reason}. The frontier was written to {args.out}.")
+        return 1
+    c = result.curve
+    print(
+        f"n*(C): L={c.L:.3f} k={c.k:.3f} log10_C0={c.log10_C0:.3f} b={c.b:.3f} (R^2={result.r2:.3f}); "
+        f"n* from {c.n_floor:.0f} to {c.n_ceiling:.0f} over C in [{c.c_range[0]:.3g}, {c.c_range[1]:.3g}] {c.compute_unit}"
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m verl_isocompute.scaling.cli``: the same as ``isocompute fit``."""
+    parser = argparse.ArgumentParser(prog="isocompute fit", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    args.argv = argv
+    return run(args)
+
+
+def _command(args: argparse.Namespace) -> str | None:
+    """The command line, for provenance: from ``main`` here, or from the ``isocompute`` console script."""
+    argv = getattr(args, "argv", None)
+    if argv is not None:
+        return shlex.join(["isocompute", "fit", *argv])
+    if Path(sys.argv[0]).name == "isocompute":
+        return shlex.join(["isocompute", *sys.argv[1:]])
+    return None
+
+
+def _error(message: str) -> None:
+    print(f"isocompute fit: error: {message}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

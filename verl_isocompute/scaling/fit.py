@@ -1,0 +1,697 @@
+"""Fitting: per-n reward curves, their upper envelope, n*(C), and the n*(C) sigmoid.
+
+Steps 3 to 5 of the playbook's fitting workflow (arXiv 2603.12151, section 4):
+
+3. For each n (or each (n, B_problem) cell for the joint question), a monotone saturating curve of
+   reward against compute, in ScaleRL's form (arXiv 2510.13786)
+
+       R(C) = R0 + (A - R0) / (1 + (C_mid / C)^beta),     beta > 0,  lo <= R0 <= A <= hi
+
+   with [lo, hi] = [0, 1] for a reward (wider, from the data, for a metric outside [0, 1]). It is fitted
+   by bounded least squares (scipy's ``least_squares``) from several starts, keeping the best. Two
+   choices the playbook leaves open, settled on synthetic sweeps with a known answer
+   (tests/test_scaling_fit.py):
+   - fitted to all validation points of the group (``fit_on="all"``, default), which estimates the
+     expected reward at C. Its record-breaking points (``fit_on="records"``) are a running maximum of
+     noisy evaluations, biased upwards the more evaluations a run had; with noise 0.01 they moved the
+     recovered n*(C) by up to 0.8 doublings against 0.4 for all points.
+   - one R0 for all groups (``shared_r0=True``, default): every run starts from the same base model, so
+     R(C -> 0) is one number. It is the median of the groups' own R0 (first pass), then every group is
+     refitted with it. With R0 free, noise in the first evaluations decided n* at small C, where all
+     curves lie within noise of each other (error up to 0.7 doublings against 0.35 shared).
+4. The frontier is the upper envelope of the fitted curves on a log grid of C, and n*(C) = argmax_n R_n(C).
+   A curve competes only inside the C range its runs cover: below it the run has not been evaluated, past
+   it the curve would be extrapolated. log2 n*(C) is then smoothed by a centred running average over
+   ``window`` grid points (chosen: 5 points at 20 points per decade, a quarter of a decade).
+5. The sigmoid printed on the playbook's figures, C in the compute unit, log10 for C, log2 for n:
+
+       log2 n*(C) = L / (1 + exp(-k (log10 C - log10 C0))) + b
+
+   fitted to the smoothed n*(C) with bounds (k <= 50 by default: the playbook's Hard joint fit printed
+   k = 50.00, evidently a bound), reported with R^2, residuals, and bootstrap confidence intervals over runs:
+   runs are resampled with replacement and steps 3 to 5 redone on each resample.
+
+A fit that does not converge raises :class:`FitError` rather than returning a bogus curve. When n*(C)
+cannot be fitted at all (one value of n, or n* constant over the range) the result has ``curve=None`` and
+says why in ``no_curve_reason``; the frontier and the per-n fits are still there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+from scipy.special import expit
+
+from verl_isocompute.scaling.curve import Curve
+from verl_isocompute.scaling.errors import FitError, ScalingError
+from verl_isocompute.scaling.frontier import Frontier, bucket_index, record_breaking
+
+GROUP_BYS = {"n": ("n",), "n,b_problem": ("n", "b_problem")}
+FIT_ON = ("records", "all")
+DEFAULT_WINDOW = 5
+GRID_PER_DECADE = 20
+K_MAX = 50.0
+DEFAULT_BOOTSTRAP = 200
+MIN_POINTS = 4  # the saturating curve has 4 parameters
+BINS_PER_DECADE = 50  # points pooled within 1/50 decade (~5%) of C before fitting, see bin_points
+_LN10 = math.log(10.0)
+
+
+# --- step 3: one saturating curve per group ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SaturatingCurve:
+    """R(C) = R0 + (A - R0) / (1 + (C_mid / C)^beta), ScaleRL's reward-vs-compute form."""
+
+    R0: float
+    A: float
+    C_mid: float
+    beta: float
+
+    def __call__(self, compute: float | np.ndarray) -> np.ndarray:
+        u = np.log(np.asarray(compute, dtype=float))
+        return self.R0 + (self.A - self.R0) * expit(self.beta * (u - math.log(self.C_mid)))
+
+
+def _reward_bounds(reward: np.ndarray) -> tuple[float, float]:
+    lo, hi = float(np.min(reward)), float(np.max(reward))
+    if lo >= 0.0 and hi <= 1.0:
+        return 0.0, 1.0
+    span = max(hi - lo, abs(hi) * 0.1, 1e-9)
+    return lo - span, hi + span
+
+
+def bin_points(
+    compute: np.ndarray, reward: np.ndarray, weight: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pool points into bins of 1/BINS_PER_DECADE decade of C: (C, mean reward, total weight) per bin.
+
+    A weighted least-squares fit to the bin means has the same minimiser as the fit to the points as
+    long as the curve is flat within a bin (5% of C), and costs the same whether 1 run or 50 runs share
+    a bin: this is what keeps fits of 500-run sweeps and their bootstrap fast. A bin holding one point
+    is that point, exactly.
+    """
+    compute = np.asarray(compute, dtype=float)
+    reward = np.asarray(reward, dtype=float)
+    w = np.ones_like(reward) if weight is None else np.asarray(weight, dtype=float)
+    log_c = np.log(compute)
+    ids = np.floor(log_c * (BINS_PER_DECADE / _LN10)).astype(np.int64)
+    ids -= ids.min()
+    total = np.bincount(ids, weights=w)
+    used = total > 0
+    total = total[used]
+    mean_log_c = np.bincount(ids, weights=w * log_c)[used] / total
+    mean = np.bincount(ids, weights=w * reward)[used] / total
+    return np.exp(mean_log_c), mean, total
+
+
+def fit_saturating(
+    compute: np.ndarray,
+    reward: np.ndarray,
+    weight: np.ndarray | None = None,
+    r0: float | None = None,
+    start: SaturatingCurve | None = None,
+    max_nfev: int | None = None,
+) -> tuple[SaturatingCurve, float]:
+    """Fit R(C) by bounded (weighted) least squares from several starts; returns the curve and its RMSE.
+
+    Free R0: the parameters are (A, f, ln C_mid, beta) with R0 = A - f (A - lo), so that
+    lo <= R0 <= A <= hi is a box (what least_squares accepts) and every fitted curve is non-decreasing.
+    Given ``r0``: the parameters are (A, ln C_mid, beta) with r0 <= A <= hi. ``start`` replaces the
+    default starts by one (a refit starts from an earlier fit).
+    """
+    u = np.log(np.asarray(compute, dtype=float))
+    y = np.asarray(reward, dtype=float)
+    if len(y) < MIN_POINTS:
+        raise ScalingError(f"{len(y)} points, need at least {MIN_POINTS} to fit a saturating curve")
+    sqrt_w = np.ones_like(y) if weight is None else np.sqrt(np.asarray(weight, dtype=float))
+    lo, hi = _reward_bounds(y)
+    um_lo, um_hi = float(u.min()) - 3 * _LN10, float(u.max()) + 3 * _LN10
+    beta_lo, beta_hi = 0.02, 20.0
+    mids = [float(np.quantile(u, q)) for q in (0.2, 0.5, 0.8)] if start is None else []
+
+    if r0 is None:
+        lower, upper = [lo, 0.0, um_lo, beta_lo], [hi, 1.0, um_hi, beta_hi]
+
+        def unpack(p):
+            A, f, um, beta = p
+            return A - f * (A - lo), A, um, beta
+
+        def jacobian(p):
+            A, f, um, beta = p
+            e = expit(beta * (u - um))
+            slope = f * (A - lo) * e * (1.0 - e)
+            cols = [1.0 - f * (1.0 - e), -(A - lo) * (1.0 - e), -slope * beta, slope * (u - um)]
+            return np.column_stack(cols) * sqrt_w[:, None]
+
+        def pack(curve):
+            gain = curve.A - lo
+            return [curve.A, (curve.A - curve.R0) / gain if gain > 0 else 0.5, math.log(curve.C_mid), curve.beta]
+
+        A0 = float(y.max())
+        f0 = (A0 - float(y.min())) / (A0 - lo) if A0 > lo else 0.5
+        starts = [[A0, f0, um, beta] for um in mids for beta in (0.5, 2.0)]
+    else:
+        lo, hi = min(lo, r0), max(hi, r0)
+        lower, upper = [r0, um_lo, beta_lo], [hi, um_hi, beta_hi]
+
+        def unpack(p):
+            A, um, beta = p
+            return r0, A, um, beta
+
+        def jacobian(p):
+            A, um, beta = p
+            e = expit(beta * (u - um))
+            slope = (A - r0) * e * (1.0 - e)
+            return np.column_stack([e, -slope * beta, slope * (u - um)]) * sqrt_w[:, None]
+
+        def pack(curve):
+            return [max(curve.A, r0), math.log(curve.C_mid), curve.beta]
+
+        starts = [[float(y.max()), um, beta] for um in mids for beta in (0.5, 2.0)]
+
+    def residual(p):
+        R0, A, um, beta = unpack(p)
+        return (R0 + (A - R0) * expit(beta * (u - um)) - y) * sqrt_w
+
+    if start is not None:
+        starts = [pack(start)]
+    best = None
+    for x0 in starts:
+        x0 = np.clip(x0, np.add(lower, 1e-12), np.subtract(upper, 1e-12))
+        res = least_squares(residual, x0, jac=jacobian, bounds=(lower, upper), max_nfev=max_nfev)
+        if res.status > 0 and np.all(np.isfinite(res.x)) and (best is None or res.cost < best.cost):
+            best = res
+    if best is None:
+        if start is not None:
+            return fit_saturating(compute, reward, weight, r0=r0, max_nfev=max_nfev)
+        raise FitError(f"the saturating fit did not converge from {len(starts)} starts")
+    R0, A, um, beta = unpack(best.x)
+    curve = SaturatingCurve(R0=float(R0), A=float(A), C_mid=float(math.exp(um)), beta=float(beta))
+    return curve, float(np.sqrt(np.sum(best.fun**2) / np.sum(sqrt_w**2)))
+
+
+# --- step 5: the n*(C) sigmoid ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SigmoidFit:
+    L: float
+    k: float
+    log10_C0: float
+    b: float
+    r2: float
+    rmse: float
+    residuals: np.ndarray
+    at_bounds: tuple[str, ...]
+
+
+def sigmoid_log2_n(log10_c: np.ndarray, L: float, k: float, log10_C0: float, b: float) -> np.ndarray:
+    """log2 n* = L / (1 + exp(-k (log10 C - log10 C0))) + b (the same formula as :class:`Curve`)."""
+    return L * expit(k * (np.asarray(log10_c, dtype=float) - log10_C0)) + b
+
+
+def fit_sigmoid(
+    log10_c: np.ndarray,
+    log2_n: np.ndarray,
+    log2_n_range: tuple[float, float],
+    k_max: float = K_MAX,
+    start: Sequence[float] | None = None,
+    max_nfev: int | None = None,
+) -> SigmoidFit:
+    """Fit (L, k, log10 C0, b) to log2 n*(C) by bounded least squares from several starts.
+
+    ``log2_n_range`` is (log2 of the smallest n, log2 of the largest n) of the sweep: the floor 2^b may
+    sit below the smallest n (the playbook's Easy fit has b = 2.73 with n >= 8), by at most 3 doublings.
+    """
+    x = np.asarray(log10_c, dtype=float)
+    y = np.asarray(log2_n, dtype=float)
+    n_lo, n_hi = log2_n_range
+    lower = [0.0, 1e-3, float(x.min()) - 1.0, n_lo - 3.0]
+    upper = [n_hi - n_lo + 3.0, float(k_max), float(x.max()) + 1.0, n_hi]
+
+    def residual(p):
+        return sigmoid_log2_n(x, *p) - y
+
+    def jacobian(p):
+        L, k, x0, _ = p
+        e = expit(k * (x - x0))
+        slope = L * e * (1.0 - e)
+        return np.column_stack([e, slope * (x - x0), -slope * k, np.ones_like(x)])
+
+    if start is not None:
+        starts = [list(start)]
+    else:
+        span = max(float(y.max() - y.min()), 0.5)
+        starts = [[span, k0, float(np.quantile(x, q)), float(y.min())] for q in (0.25, 0.5, 0.75) for k0 in (2.0, 8.0)]
+    best = None
+    for x0 in starts:
+        x0 = np.clip(x0, np.add(lower, 1e-9), np.subtract(upper, 1e-9))
+        res = least_squares(residual, x0, jac=jacobian, bounds=(lower, upper), max_nfev=max_nfev)
+        if res.status > 0 and np.all(np.isfinite(res.x)) and (best is None or res.cost < best.cost):
+            best = res
+    if best is None:
+        raise FitError(
+            f"the n*(C) sigmoid fit did not converge from {len(starts)} starts; no curve was written. "
+            "Check n*(C) in the report: it needs a rise from small to large n within the C range of the runs"
+        )
+    names = ("L", "k", "log10_C0", "b")
+    at_bounds = tuple(
+        name for name, v, lo, hi in zip(names, best.x, lower, upper) if min(v - lo, hi - v) <= 1e-6 * max(1.0, abs(v))
+    )
+    ss_res = float(np.sum(best.fun**2))
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    return SigmoidFit(
+        *(float(v) for v in best.x),
+        r2=1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan"),
+        rmse=float(np.sqrt(np.mean(best.fun**2))),
+        residuals=best.fun.copy(),
+        at_bounds=at_bounds,
+    )
+
+
+# --- steps 3 to 5 together -----------------------------------------------------------------------------
+
+
+@dataclass
+class FrontierFit:
+    """Everything ``fit_frontier`` found; plain tables and values, ready for a notebook.
+
+    ``groups``: one row per group (n, or (n, b_problem)) with its runs, points, covered C range, fitted
+    R0 / A / C_mid / beta, RMSE and status. ``curves``: group key -> :class:`SaturatingCurve`.
+    ``grid``: one row per grid value of C: ``C``, ``reward`` (the envelope), ``n_star``, ``b_problem_star``,
+    ``log2_n_star``, ``log2_n_star_smoothed``, ``log2_n_star_fit``, ``residual``, and the bootstrap band
+    ``log2_n_star_low`` / ``log2_n_star_high``. ``curve``: the fitted :class:`Curve` (None when n*(C)
+    could not be fitted: ``no_curve_reason`` says why). ``ci``: one row per sigmoid parameter with its
+    estimate and 95% bootstrap interval. ``bootstrap_params``: (resamples, 4) array of L, k, log10_C0, b.
+    """
+
+    frontier: Frontier
+    group_by: tuple[str, ...]
+    groups: pd.DataFrame
+    curves: dict[tuple, SaturatingCurve]
+    grid: pd.DataFrame
+    curve: Curve | None
+    r2: float | None = None
+    rmse: float | None = None
+    ci: pd.DataFrame | None = None
+    bootstrap_params: np.ndarray | None = None
+    bootstrap: dict[str, int] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    no_curve_reason: str | None = None
+
+    def n_star_table(self, compute: Sequence[float] | None = None) -> pd.DataFrame:
+        """n* at chosen budgets (default: 1, 2, 5 x 10^k inside the fitted range): from the data
+        (smoothed envelope argmax), from the sigmoid, and the sigmoid's 95% bootstrap interval."""
+        grid = self.grid
+        if compute is None:
+            compute = nice_budgets(float(grid["C"].iloc[0]), float(grid["C"].iloc[-1]))
+        compute = np.asarray(compute, dtype=float)
+        idx = np.clip(np.searchsorted(grid["C"].to_numpy(), compute), 0, len(grid) - 1)
+        table = pd.DataFrame({"C": compute, "n_star_data": np.exp2(grid["log2_n_star_smoothed"].to_numpy()[idx])})
+        if self.curve is not None:
+            table["n_star_fit"] = self.curve.n_star(compute)
+            if self.bootstrap_params is not None and len(self.bootstrap_params):
+                draws = sigmoid_log2_n(np.log10(compute)[None, :], *(self.bootstrap_params.T[:, :, None]))
+                table["n_star_low"] = np.exp2(np.percentile(draws, 2.5, axis=0))
+                table["n_star_high"] = np.exp2(np.percentile(draws, 97.5, axis=0))
+        return table
+
+
+def nice_budgets(c_lo: float, c_hi: float) -> list[float]:
+    """1, 2 and 5 x 10^k inside [c_lo, c_hi] (the playbook quotes n* at 1e5, 5e5, 1e6, 2e6, 1e7)."""
+    out = []
+    for exponent in range(int(math.floor(math.log10(c_lo))), int(math.ceil(math.log10(c_hi))) + 1):
+        for mantissa in (1.0, 2.0, 5.0):
+            value = mantissa * 10.0**exponent
+            if c_lo <= value <= c_hi:
+                out.append(value)
+    return out
+
+
+@dataclass
+class _Group:
+    key: tuple
+    runs: list[str]
+    points: pd.DataFrame  # the group's validation points
+    fit_points: pd.DataFrame  # what the curve is fitted to (records or all points)
+
+    def fit(self, **kwargs) -> tuple[SaturatingCurve, float]:
+        """Fit this group's curve (to its binned fit points); the RMSE is over the points themselves."""
+        c, y = self.fit_points["C"].to_numpy(), self.fit_points["reward"].to_numpy()
+        curve, _ = fit_saturating(*bin_points(c, y), **kwargs)
+        return curve, float(np.sqrt(np.mean((curve(c) - y) ** 2)))
+
+
+def _group_keys(group_by: str | Sequence[str]) -> tuple[str, ...]:
+    if isinstance(group_by, str):
+        if group_by not in GROUP_BYS:
+            raise ScalingError(f"group_by must be one of {', '.join(GROUP_BYS)}, got {group_by!r}")
+        return GROUP_BYS[group_by]
+    keys = tuple(group_by)
+    if keys not in GROUP_BYS.values():
+        raise ScalingError(f"group_by must be one of {', '.join(GROUP_BYS)}, got {group_by!r}")
+    return keys
+
+
+def fit_frontier(
+    frontier: Frontier,
+    group_by: str | Sequence[str] = "n",
+    fit_on: str = "all",
+    shared_r0: bool = True,
+    window: int = DEFAULT_WINDOW,
+    grid_per_decade: int = GRID_PER_DECADE,
+    k_max: float = K_MAX,
+    bootstrap: int = DEFAULT_BOOTSTRAP,
+    seed: int = 0,
+    max_nfev: int | None = None,
+) -> FrontierFit:
+    """Per-group curves, their envelope, n*(C) and its sigmoid, with bootstrap intervals over runs.
+
+    Raises :class:`FitError` when a fit does not converge; returns ``curve=None`` (with the reason) when
+    the runs cannot determine n*(C) (one value of n, or the same n best at every C).
+    """
+    keys = _group_keys(group_by)
+    if fit_on not in FIT_ON:
+        raise ScalingError(f"fit_on must be one of {', '.join(FIT_ON)}, got {fit_on!r}")
+    if window < 1 or grid_per_decade < 1:
+        raise ScalingError("window and grid_per_decade must be positive integers")
+    if not k_max > 0:
+        raise ScalingError(f"k_max must be positive, got {k_max}")
+    points = frontier.points
+    warnings: list[str] = []
+    if keys == ("n",) and points["b_problem"].nunique() > 1:
+        warnings.append(
+            f"runs use several b_problem values ({', '.join(str(b) for b in sorted(points['b_problem'].unique()))}) "
+            "and are grouped by n alone; use --group-by n,b_problem for the joint question"
+        )
+    groups = _make_groups(points, keys, frontier.bucket, fit_on)
+    runs_per_group = {len(g.runs) for g in groups}
+    if fit_on == "records" and len(runs_per_group) > 1:
+        warnings.append(
+            f"groups have different numbers of runs ({min(runs_per_group)} to {max(runs_per_group)}): the "
+            "record-breaking points of a group with more runs are a best-of-more-seeds, biased upwards; "
+            "consider --fit-on all"
+        )
+    settings = dict(
+        group_by=",".join(keys), fit_on=fit_on, shared_r0=shared_r0, bucket=frontier.bucket, ema=frontier.ema,
+        window=window, grid_per_decade=grid_per_decade, k_max=k_max, bootstrap=bootstrap, seed=seed,
+    )
+
+    # Step 3, first pass: each group on its own (R0 free).
+    rows, free, failures = [], {}, []
+    for g in groups:
+        row = _group_row(g, keys)
+        try:
+            free[g.key] = g.fit(max_nfev=max_nfev)
+            row["status"] = "fitted"
+        except FitError as exc:
+            row["status"] = "did not converge"
+            failures.append(f"{_label(g.key, keys)}: {exc}")
+        except ScalingError:
+            row["status"] = f"too few points ({len(g.fit_points)})"
+            warnings.append(
+                f"{_label(g.key, keys)}: only {len(g.fit_points)} {'record-breaking ' if fit_on == 'records' else ''}"
+                f"points, need {MIN_POINTS}: not fitted"
+                + (" (use --fit-on all or a smaller --bucket)" if fit_on == "records" else "")
+            )
+        rows.append(row)
+    fitted = [g for g in groups if g.key in free]
+    if len(fitted) < 2 and failures:
+        raise FitError("per-group fits did not converge: " + "; ".join(failures))
+    warnings.extend(f"{failure}: left out of the envelope" for failure in failures)
+
+    # Second pass: one R0 for all (see _shared_r0).
+    r0 = None
+    results = dict(free)
+    if shared_r0 and len(fitted) >= 2:
+        r0 = float(np.median([free[g.key][0].R0 for g in fitted]))
+        for g in fitted:
+            results[g.key] = g.fit(r0=r0, start=free[g.key][0], max_nfev=max_nfev)
+        settings["r0"] = r0
+    curves = {key: curve for key, (curve, _) in results.items()}
+    for row, g in zip(rows, groups):
+        if g.key in results:
+            curve, rmse = results[g.key]
+            row.update(R0=curve.R0, A=curve.A, C_mid=curve.C_mid, beta=curve.beta, rmse=rmse)
+    group_table = pd.DataFrame(rows)
+
+    def result(grid, **kw):
+        return FrontierFit(frontier, keys, group_table, curves, grid, settings=settings, warnings=warnings, **kw)
+
+    if not fitted:
+        return result(_empty_grid(), curve=None, no_curve_reason="no group could be fitted")
+    grid_c = _grid(
+        min(float(g.points["C"].min()) for g in fitted), max(float(g.points["C"].max()) for g in fitted), grid_per_decade
+    )
+    envelope = _envelope(fitted, curves, grid_c, keys, window)
+    n_values = sorted({g.key[0] for g in groups})
+    if len(n_values) < 2:
+        reason = (
+            f"only one value of n ({n_values[0]}) in the runs: the frontier is there, but n*(C) needs runs "
+            "with at least two values of n"
+        )
+        return result(envelope, curve=None, no_curve_reason=reason)
+    if len(fitted) < 2 or envelope["log2_n_star"].nunique() < 2:
+        only = int(envelope["n_star"].iloc[0])
+        reason = (
+            f"n* is {only} at every C in [{grid_c[0]:.3g}, {grid_c[-1]:.3g}]: the sigmoid's L, k and C0 are not "
+            "determined. Add runs with other n, or runs that reach larger/smaller C"
+        )
+        return result(envelope, curve=None, no_curve_reason=reason)
+
+    # Step 5.
+    n_range = (math.log2(min(n_values)), math.log2(max(n_values)))
+    x = np.log10(envelope["C"].to_numpy())
+    fit = fit_sigmoid(x, envelope["log2_n_star_smoothed"].to_numpy(), n_range, k_max=k_max, max_nfev=max_nfev)
+    envelope["log2_n_star_fit"] = sigmoid_log2_n(x, fit.L, fit.k, fit.log10_C0, fit.b)
+    envelope["residual"] = fit.residuals
+    for name in fit.at_bounds:
+        hint = " (the switch is sharper than the grid of n resolves; the playbook's Hard joint fit hit k = 50 too)" if name == "k" else ""
+        warnings.append(f"sigmoid parameter {name} sits at its bound{hint}")
+    if fit.r2 < 0.5:
+        warnings.append(f"the sigmoid explains little of n*(C) (R^2 = {fit.r2:.2f}); read n*(C) from frontier.csv")
+
+    params = np.array([fit.L, fit.k, fit.log10_C0, fit.b])
+    draws, stats = _bootstrap(
+        frontier, fitted, curves, {key: c.R0 for key, (c, _) in free.items()} if r0 is not None else None,
+        params, n_range, settings,
+    )
+    ci = None
+    if len(draws):
+        low, high = np.percentile(draws, [2.5, 97.5], axis=0)
+        ci = pd.DataFrame({"param": ["L", "k", "log10_C0", "b"], "estimate": params, "low": low, "high": high})
+        band = sigmoid_log2_n(x[None, :], *(draws.T[:, :, None]))
+        envelope["log2_n_star_low"] = np.percentile(band, 2.5, axis=0)
+        envelope["log2_n_star_high"] = np.percentile(band, 97.5, axis=0)
+    if bootstrap and stats["failed"]:
+        warnings.append(f"{stats['failed']} of {bootstrap} bootstrap resamples could not be fitted and were skipped")
+
+    curve = Curve(
+        L=fit.L, k=fit.k, log10_C0=fit.log10_C0, b=fit.b,
+        compute_unit=frontier.compute_unit, metric=frontier.metric,
+        c_range=(float(grid_c[0]), float(grid_c[-1])),
+        n_grid=tuple(int(n) for n in n_values),
+        provenance=_provenance(frontier, groups, settings, fit, ci, stats),
+    )
+    return result(envelope, curve=curve, r2=fit.r2, rmse=fit.rmse, ci=ci, bootstrap_params=draws, bootstrap=stats)
+
+
+def _label(key: tuple, keys: tuple[str, ...]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in zip(keys, key))
+
+
+def _make_groups(points: pd.DataFrame, keys: tuple[str, ...], bucket: float, fit_on: str) -> list[_Group]:
+    groups = []
+    for key, pts in points.groupby(list(keys), sort=True):
+        key = tuple(int(k) for k in (key if isinstance(key, tuple) else (key,)))
+        fit_points = record_breaking(pts, bucket) if fit_on == "records" else pts
+        groups.append(_Group(key, sorted(pts["run"].unique()), pts, fit_points))
+    return groups
+
+
+def _group_row(g: _Group, keys: tuple[str, ...]) -> dict[str, Any]:
+    row: dict[str, Any] = dict(zip(keys, g.key))
+    if "b_problem" not in row:
+        values = sorted(g.points["b_problem"].unique())
+        row["b_problem"] = int(values[0]) if len(values) == 1 else ",".join(str(v) for v in values)
+    row.update(
+        runs=len(g.runs), points=len(g.points), fit_points=len(g.fit_points),
+        C_min=float(g.points["C"].min()), C_max=float(g.points["C"].max()),
+        best_reward=float(g.points["reward"].max()),
+        R0=np.nan, A=np.nan, C_mid=np.nan, beta=np.nan, rmse=np.nan,
+    )
+    return row
+
+
+def _grid(c_lo: float, c_hi: float, per_decade: int) -> np.ndarray:
+    """A log grid over [c_lo, c_hi] with ``per_decade`` points per decade of C."""
+    if c_hi <= c_lo:
+        return np.array([c_lo])
+    num = max(2, int(math.ceil(math.log10(c_hi / c_lo) * per_decade)) + 1)
+    return np.logspace(math.log10(c_lo), math.log10(c_hi), num)
+
+
+def _argmax_envelope(curves: list[SaturatingCurve], cover: np.ndarray, grid: np.ndarray):
+    """Best fitted reward and the index of the winning curve at each C; a curve counts only inside
+    its covered C range. Index -1 where no curve covers C."""
+    values = np.full((len(curves), len(grid)), -np.inf)
+    for i, (curve, (c_lo, c_hi)) in enumerate(zip(curves, cover)):
+        inside = (grid >= c_lo * (1 - 1e-9)) & (grid <= c_hi * (1 + 1e-9))
+        values[i, inside] = curve(grid[inside])
+    winner = values.argmax(axis=0)
+    best = values[winner, np.arange(len(grid))]
+    winner[~np.isfinite(best)] = -1
+    return best, winner
+
+
+def _smooth_log2(log2_n: np.ndarray, window: int) -> np.ndarray:
+    return pd.Series(log2_n).rolling(window, center=True, min_periods=1).mean().to_numpy()
+
+
+def _envelope(groups, curves, grid, keys, window) -> pd.DataFrame:
+    cover = np.array([(g.points["C"].min(), g.points["C"].max()) for g in groups], dtype=float)
+    best, winner = _argmax_envelope([curves[g.key] for g in groups], cover, grid)
+    keep = winner >= 0
+    grid, best, winner = grid[keep], best[keep], winner[keep]
+    n_star = np.array([groups[i].key[0] for i in winner], dtype=float)
+    table = pd.DataFrame({"C": grid, "reward": best, "n_star": n_star.astype(int)})
+    if keys == ("n", "b_problem"):
+        table["b_problem_star"] = [groups[i].key[1] for i in winner]
+    else:
+        table["b_problem_star"] = [_group_b(groups[i]) for i in winner]
+    table["log2_n_star"] = np.log2(n_star)
+    table["log2_n_star_smoothed"] = _smooth_log2(table["log2_n_star"].to_numpy(), window)
+    table["log2_n_star_fit"] = np.nan
+    table["residual"] = np.nan
+    return table
+
+
+def _group_b(g: _Group):
+    values = g.points["b_problem"].unique()
+    return int(values[0]) if len(values) == 1 else np.nan
+
+
+def _empty_grid() -> pd.DataFrame:
+    return pd.DataFrame(columns=["C", "reward", "n_star", "b_problem_star", "log2_n_star", "log2_n_star_smoothed"])
+
+
+def _bootstrap(frontier, groups, curves, free_r0, params, n_range, settings):
+    """Resample runs with replacement and redo steps 3 to 5; returns (successful params, counts).
+
+    Each group's curve is refitted on the resampled runs, starting from the full-data curve; with a
+    shared R0, the resample's R0 is the median of the first-pass R0 of the groups it contains. Points
+    are binned (:func:`bin_points`), so a refit costs about the same for 1 or 50 runs per group, and
+    refits are cached on what they are fitted to (with ``fit_on="records"`` a resample that keeps the
+    runs holding a group's records has the same records, hence the same curve).
+    """
+    resamples, fit_on, bucket = settings["bootstrap"], settings["fit_on"], frontier.bucket
+    stats = {"requested": int(resamples), "succeeded": 0, "failed": 0}
+    if resamples <= 0:
+        return np.empty((0, 4)), stats
+    rng = np.random.default_rng(settings["seed"])
+    per_run: dict[str, tuple] = {}  # run -> (group key, C range, fit data)
+    for g in groups:
+        # A run's own records, not its share of the group's: dropping a rival run can promote its points.
+        source = record_breaking(g.points, bucket, by=["run"]) if fit_on == "records" else g.points
+        own = dict(tuple(source.groupby("run", sort=False)))
+        for run, pts in g.points.groupby("run", sort=False):
+            data = (own[run]["C"].to_numpy(), own[run]["reward"].to_numpy())
+            per_run[run] = (g.key, (float(pts["C"].min()), float(pts["C"].max())), data)
+    run_names = sorted(per_run)
+    cache: dict[Any, SaturatingCurve | None] = {}
+    draws = []
+    for _ in range(resamples):
+        members: dict[tuple, dict[str, int]] = {}
+        for i in rng.integers(0, len(run_names), size=len(run_names)):
+            counts = members.setdefault(per_run[run_names[i]][0], {})
+            counts[run_names[i]] = counts.get(run_names[i], 0) + 1
+        r0 = float(np.median([free_r0[key] for key in members])) if free_r0 is not None else None
+        group_curves, group_cover, group_n = [], [], []
+        for key, counts in sorted(members.items()):
+            chosen = sorted(counts)
+            c = np.concatenate([per_run[r][2][0] for r in chosen])
+            y = np.concatenate([per_run[r][2][1] for r in chosen])
+            if fit_on == "records":
+                c, y = _records_arrays(c, y, bucket)
+                weight = None
+                cache_key = (key, r0, c.tobytes(), y.tobytes())
+            else:  # a run drawn twice counts twice
+                weight = np.concatenate([np.full(len(per_run[r][2][0]), float(counts[r])) for r in chosen])
+                cache_key = (key, r0, tuple((r, counts[r]) for r in chosen))
+            if cache_key not in cache:
+                cache[cache_key] = _refit(bin_points(c, y, weight), r0, curves[key])
+            if cache[cache_key] is None:
+                continue
+            group_curves.append(cache[cache_key])
+            group_cover.append((min(per_run[r][1][0] for r in chosen), max(per_run[r][1][1] for r in chosen)))
+            group_n.append(key[0])
+        if len(set(group_n)) < 2:
+            stats["failed"] += 1
+            continue
+        cover = np.array(group_cover)
+        grid = _grid(float(cover[:, 0].min()), float(cover[:, 1].max()), settings["grid_per_decade"])
+        _, winner = _argmax_envelope(group_curves, cover, grid)
+        keep = winner >= 0
+        log2_n = np.log2(np.array(group_n, dtype=float))[winner[keep]]
+        if len(log2_n) < 4 or np.ptp(log2_n) == 0:
+            stats["failed"] += 1
+            continue
+        try:
+            fit = fit_sigmoid(
+                np.log10(grid[keep]), _smooth_log2(log2_n, settings["window"]), n_range,
+                k_max=settings["k_max"], start=params,
+            )
+        except FitError:
+            stats["failed"] += 1
+            continue
+        draws.append([fit.L, fit.k, fit.log10_C0, fit.b])
+        stats["succeeded"] += 1
+    return np.array(draws).reshape(-1, 4), stats
+
+
+def _records_arrays(compute: np.ndarray, reward: np.ndarray, bucket: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`record_breaking` on bare arrays (the bootstrap's hot loop)."""
+    order = np.lexsort((-reward, compute))
+    c, y = compute[order], reward[order]
+    level = bucket_index(y, bucket)
+    best_before = np.concatenate([[-np.inf], np.maximum.accumulate(level)[:-1]])
+    keep = level > best_before
+    return c[keep], y[keep]
+
+
+def _refit(data: tuple[np.ndarray, np.ndarray, np.ndarray], r0: float | None, start: SaturatingCurve) -> SaturatingCurve | None:
+    try:
+        return fit_saturating(*data, r0=r0, start=start)[0]
+    except ScalingError:
+        return None
+
+
+def _provenance(frontier, groups, settings, fit, ci, stats) -> dict[str, Any]:
+    from verl_isocompute import __version__
+
+    runs = sorted({run for g in groups for run in g.runs})
+    prov: dict[str, Any] = {
+        "source": "isocompute fit (IsoCompute playbook workflow, arXiv 2603.12151 section 4)",
+        "tool_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "num_runs": len(runs),
+        "runs": runs,
+        "b_problem": sorted(int(b) for b in frontier.points["b_problem"].unique()),
+        **settings,
+        "r2": fit.r2,
+        "rmse_log2_n": fit.rmse,
+        "at_bounds": list(fit.at_bounds),
+        "bootstrap_succeeded": stats["succeeded"],
+    }
+    if ci is not None:
+        prov["ci95"] = {row.param: [float(row.low), float(row.high)] for row in ci.itertuples()}
+    return prov

@@ -1,0 +1,203 @@
+"""From logged steps to the empirical compute-optimal frontier.
+
+Steps 1 and 2 of the playbook's fitting workflow (arXiv 2603.12151, section 4):
+
+1. Per run, the validation metric (``val/avg@4`` by default; any logged metric works, higher is better)
+   against cumulative compute C (rollouts, or generated tokens). Points at C = 0 (the validation before
+   training) are kept out: C lives on a log scale from here on.
+2. Record-breaking points. The frontier is f(C) = max of R_j over points with C_j <= C, and a point is
+   record-breaking iff R_i > max_{C_j < C_i} R_j; the frontier computed from the record-breakers alone is
+   the frontier of all points, so later steps only need them. The playbook bucketises the reward first
+   (bin width 0.01, a chosen value) and keeps the first point of each new, higher bucket, so that noise
+   within a bucket does not count as progress; the frontier of the record-breakers then stays within one
+   bucket of the exact one, and is still strictly increasing.
+
+Points with equal C are ordered best first, then by run name and step, so the result never depends on
+the order runs were given in. An optional per-run EMA (off by default) smooths the metric before any of
+this, as a chart's smoothing slider would: ``ema`` is the weight of the past (0 = off, 0.9 = heavy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from verl_isocompute.scaling.curve import COMPUTE_UNITS
+from verl_isocompute.scaling.errors import ScalingError
+from verl_isocompute.scaling.records import RunLogs
+
+DEFAULT_METRIC = "val/avg@4"
+DEFAULT_BUCKET = 0.01
+POINT_COLUMNS = ("run", "n", "b_problem", "step", "C", "reward")
+
+
+@dataclass
+class Frontier:
+    """Validation points of every run and the record-breaking points over all of them.
+
+    ``points``: one row per validation point with ``run``, ``n``, ``b_problem``, ``step``, ``C``,
+    ``reward`` (EMA-smoothed when ``ema`` > 0; the logged value is in ``reward_raw``).
+    ``records``: the record-breaking points over all runs, increasing in C and in reward; each row keeps
+    its run's n and b_problem, so it is also the empirical n*(C).
+    """
+
+    metric: str
+    compute_unit: str
+    bucket: float
+    ema: float
+    points: pd.DataFrame
+    records: pd.DataFrame
+    runs: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+    def value(self, compute: float | np.ndarray) -> np.ndarray:
+        """The frontier f(C): best reward reached at compute <= C (NaN before the first point)."""
+        return frontier_value(self.records, compute)
+
+
+def validation_points(
+    logs: RunLogs, metric: str = DEFAULT_METRIC, compute: str = "rollouts"
+) -> tuple[pd.DataFrame, list[str]]:
+    """The (C, reward) points of every run for ``metric``, and notes on what was dropped."""
+    if compute not in COMPUTE_UNITS:
+        raise ScalingError(f"compute must be one of {', '.join(COMPUTE_UNITS)}, got {compute!r}")
+    steps = logs.steps
+    dropped_nonfinite = int(logs.nonfinite.get(metric, 0))
+    if metric not in steps or not steps[metric].notna().any():
+        if dropped_nonfinite:
+            raise ScalingError(f"every logged value of {metric!r} is NaN or inf ({dropped_nonfinite} values)")
+        raise ScalingError(f"metric {metric!r} is not in the logs; pass --metric, logged metrics: {_list_metrics(logs.metrics)}")
+    if compute == "tokens":
+        missing = logs.runs.loc[logs.runs["tokens_source"].isna(), "run"].tolist()
+        if missing:
+            raise ScalingError(
+                f"generated tokens are not logged (nor derivable from response_length/mean) for {len(missing)} "
+                f"run(s), e.g. {missing[0]}; use --compute rollouts"
+            )
+    _check_increasing(steps, compute)
+
+    notes = []
+    if dropped_nonfinite:
+        notes.append(f"dropped {dropped_nonfinite} NaN/inf values of {metric}")
+    rows = steps.loc[steps[metric].notna(), ["run", "n", "b_problem", "step", compute, metric]]
+    rows = rows.rename(columns={compute: "C", metric: "reward"})
+    no_compute = int(rows["C"].isna().sum())
+    if no_compute:
+        notes.append(f"dropped {no_compute} points of {metric} logged without {compute}")
+    at_zero = int((rows["C"] == 0).sum())
+    if at_zero:
+        notes.append(f"kept {at_zero} points at C = 0 (validation before training) out of the log-scale fits")
+    points = rows[rows["C"] > 0].reset_index(drop=True)
+    if points.empty:
+        raise ScalingError(f"no points of {metric} at C > 0: the runs validated only before training")
+    points["reward"] = points["reward"].astype(float)
+    points["C"] = points["C"].astype(float)
+    return points, notes
+
+
+def smooth_ema(points: pd.DataFrame, ema: float) -> pd.DataFrame:
+    """Per-run exponential moving average of ``reward`` (``ema`` = weight of the past; 0 = off)."""
+    if not 0.0 <= ema < 1.0:
+        raise ScalingError(f"ema must be in [0, 1) (0 = off, 0.9 = heavy smoothing), got {ema}")
+    out = points.sort_values(["run", "C"], kind="mergesort").reset_index(drop=True)
+    out["reward_raw"] = out["reward"]
+    if ema > 0:
+        smoothed = out.groupby("run", sort=False)["reward"].transform(lambda s: s.ewm(alpha=1.0 - ema).mean())
+        out["reward"] = smoothed.to_numpy()
+    return out
+
+
+def bucket_index(reward: np.ndarray | pd.Series, bucket: float) -> np.ndarray:
+    """Which reward bucket of width ``bucket`` each value falls in (``bucket`` = 0: the value itself).
+
+    Rounding before the floor puts 0.29 in bucket 29, not 28 (0.29 / 0.01 = 28.999...).
+    """
+    values = np.asarray(reward, dtype=float)
+    if bucket < 0:
+        raise ScalingError(f"bucket must be >= 0 (0 = no bucketisation), got {bucket}")
+    if bucket == 0:
+        return values
+    return np.floor(np.round(values / bucket, 9))
+
+
+def record_breaking(points: pd.DataFrame, bucket: float = DEFAULT_BUCKET, by: list[str] | None = None) -> pd.DataFrame:
+    """The record-breaking points (first point of each new, higher reward bucket, in order of C).
+
+    With ``by`` (e.g. ``["n"]``), records are taken within each group: the per-n frontier.
+    """
+    keys = list(by or [])
+    order = points.sort_values(
+        keys + ["C", "reward", "run", "step"],
+        ascending=[True] * len(keys) + [True, False, True, True],
+        kind="mergesort",
+    )
+    level = pd.Series(bucket_index(order["reward"], bucket), index=order.index)
+    if keys:
+        groups = [order[k] for k in keys]
+        best_before = level.groupby(groups, sort=False).cummax().groupby(groups, sort=False).shift(1)
+    else:
+        best_before = level.cummax().shift(1)
+    is_record = best_before.isna().to_numpy() | (level.to_numpy() > best_before.to_numpy())
+    return order[is_record].reset_index(drop=True)
+
+
+def frontier_value(points: pd.DataFrame, compute: float | np.ndarray) -> np.ndarray:
+    """f(C) = max reward over ``points`` with C_j <= C, for each C in ``compute`` (NaN before any point)."""
+    ordered = points.sort_values("C", kind="mergesort")
+    c_sorted = ordered["C"].to_numpy(dtype=float)
+    best = np.maximum.accumulate(ordered["reward"].to_numpy(dtype=float)) if len(ordered) else np.array([])
+    idx = np.searchsorted(c_sorted, np.atleast_1d(np.asarray(compute, dtype=float)), side="right") - 1
+    out = np.where(idx >= 0, best[np.clip(idx, 0, None)] if len(best) else np.nan, np.nan)
+    return out
+
+
+def build_frontier(
+    logs: RunLogs,
+    metric: str = DEFAULT_METRIC,
+    compute: str = "rollouts",
+    bucket: float = DEFAULT_BUCKET,
+    ema: float = 0.0,
+) -> Frontier:
+    """Validation points of ``metric`` against ``compute``, optionally smoothed, and their frontier."""
+    points, notes = validation_points(logs, metric, compute)
+    points = smooth_ema(points, ema)
+    if ema > 0:
+        notes.append(f"{metric} smoothed per run with an EMA (weight of the past {ema})")
+    records = record_breaking(points, bucket)
+    return Frontier(
+        metric=metric,
+        compute_unit=compute,
+        bucket=bucket,
+        ema=ema,
+        points=points,
+        records=records,
+        runs=logs.runs,
+        notes=list(logs.notes) + notes,
+    )
+
+
+def _check_increasing(steps: pd.DataFrame, compute: str) -> None:
+    rows = steps.loc[steps[compute].notna(), ["run", "step", compute]].sort_values(["run", "step"], kind="mergesort")
+    previous = rows.groupby("run", sort=False)[compute].shift(1)
+    bad = rows[compute].to_numpy() <= previous.to_numpy()
+    negative = rows[compute].to_numpy() < 0
+    if negative.any():
+        row = rows[negative].iloc[0]
+        raise ScalingError(f"{row['run']}: {compute} is negative ({row[compute]:g}) at step {row['step']:g}")
+    if bad.any():
+        at = np.flatnonzero(bad)[0]
+        row, before = rows.iloc[at], rows.iloc[at - 1]
+        raise ScalingError(
+            f"{row['run']}: {compute} does not increase with step ({before[compute]:g} at step {before['step']:g}, "
+            f"{row[compute]:g} at step {row['step']:g}); it must be cumulative. If the counter restarted when "
+            "the run resumed, pass --derive-compute (C = step x n x b_problem)"
+        )
+
+
+def _list_metrics(metrics: list[str], limit: int = 40) -> str:
+    # Validation metrics first: they are what a user means to fit.
+    ordered = [m for m in metrics if "val" in m.lower()] + [m for m in metrics if "val" not in m.lower()]
+    shown = ", ".join(ordered[:limit])
+    return shown + (f", ... ({len(ordered)} in all)" if len(ordered) > limit else "") if ordered else "(none)"

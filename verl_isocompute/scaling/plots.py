@@ -1,0 +1,145 @@
+"""The two figures of the playbook's fitting workflow (arXiv 2603.12151, section 4).
+
+``frontier``: the metric against compute C for every run (points coloured by n), each group's fitted
+saturating curve over the C range its runs cover, the record-breaking points, and the frontier (upper
+envelope of the fits) coloured by the n that wins there, n*(C).
+``n_star``: n*(C) from the envelope (raw argmax and its running average in log2 space), the fitted
+sigmoid with its bootstrap band, and optionally a curve to compare with (e.g. a ``paper:`` preset).
+
+Figures are built on matplotlib's object API with the Agg canvas (no pyplot, no display, no global
+state), so this works in scripts, on servers, and returns figures a notebook shows as they are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from verl_isocompute.scaling.curve import Curve
+    from verl_isocompute.scaling.fit import FrontierFit
+
+PLOT_FILES = {"frontier": "frontier.png", "n_star": "n_star.png"}
+
+
+def plot_frontier(
+    result: "FrontierFit", compare: "Curve | None" = None, compare_label: str | None = None
+) -> dict[str, "Figure"]:
+    """The ``frontier`` and ``n_star`` figures of a fit, as matplotlib figures keyed by name.
+
+    ``compare`` (e.g. ``load_curve("paper:qwen2.5-7b-easy")``) is drawn on the n* figure when its
+    compute unit matches the fit's; ``compare_label`` names it in the legend.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import LogNorm
+    from matplotlib.figure import Figure
+
+    n_values = sorted(int(n) for n in result.frontier.points["n"].unique())
+    norm = LogNorm(vmin=min(n_values), vmax=max(n_values) * (1.0001 if len(n_values) == 1 else 1.0))
+    figures = {}
+    for name, draw in (("frontier", _draw_frontier), ("n_star", _draw_n_star)):
+        fig = Figure(figsize=(8.0, 5.2), layout="constrained")
+        FigureCanvasAgg(fig)
+        draw(fig, result, norm, n_values, (compare, compare_label or "compare"))
+        figures[name] = fig
+    return figures
+
+
+def save_plots(figures: dict[str, "Figure"], out_dir: str | Path, dpi: int = 130) -> list[Path]:
+    """Write figures as PNG files (``frontier.png``, ``n_star.png``) into ``out_dir``."""
+    out_dir = Path(out_dir)
+    paths = []
+    for name, fig in figures.items():
+        path = out_dir / PLOT_FILES.get(name, f"{name}.png")
+        fig.savefig(path, dpi=dpi)
+        paths.append(path)
+    return paths
+
+
+def _colorbar(fig, ax, norm, n_values):
+    from matplotlib.cm import ScalarMappable
+
+    bar = fig.colorbar(ScalarMappable(norm=norm, cmap="viridis"), ax=ax, pad=0.01)
+    bar.set_ticks(n_values)
+    bar.set_ticklabels([str(n) for n in n_values])
+    bar.minorticks_off()
+    bar.set_label("n (rollouts per problem)")
+
+
+def _draw_frontier(fig, result, norm, n_values, _compare) -> None:
+    from matplotlib import colormaps
+    from matplotlib.collections import LineCollection
+
+    cmap = colormaps["viridis"]
+    frontier = result.frontier
+    ax = fig.add_subplot()
+    pts = frontier.points
+    ax.scatter(pts["C"], pts["reward"], c=pts["n"], cmap=cmap, norm=norm, s=4, alpha=0.25, lw=0, rasterized=True)
+    for row in result.groups.itertuples(index=False):
+        key = (row.n, row.b_problem) if result.group_by == ("n", "b_problem") else (row.n,)
+        curve = result.curves.get(key)
+        if curve is None:
+            continue
+        c = np.geomspace(row.C_min, row.C_max, 200)
+        ax.plot(c, curve(c), color=cmap(norm(row.n)), lw=1.2, alpha=0.9)
+    grid = result.grid
+    if len(grid) > 1:
+        c, r = grid["C"].to_numpy(), grid["reward"].to_numpy()
+        segments = np.stack([np.column_stack([c[:-1], r[:-1]]), np.column_stack([c[1:], r[1:]])], axis=1)
+        ax.add_collection(LineCollection(segments, colors="black", linewidths=5.5, zorder=3))
+        line = LineCollection(segments, cmap=cmap, norm=norm, linewidths=3.5, zorder=4)
+        line.set_array(grid["n_star"].to_numpy()[:-1].astype(float))
+        ax.add_collection(line)
+    rec = frontier.records
+    ax.scatter(rec["C"], rec["reward"], facecolors="none", edgecolors="black", s=22, lw=0.8, zorder=5,
+               label=f"record-breaking points (bucket {frontier.bucket:g})")
+    ax.plot([], [], color="black", lw=3.5, label="frontier: envelope of the fits, coloured by n*")
+    ax.set_xscale("log")
+    ax.set_xlabel(f"compute C ({frontier.compute_unit})")
+    ax.set_ylabel(frontier.metric)
+    ax.set_title(f"{frontier.metric} against compute, fitted per {' and '.join(result.group_by)}")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(True, which="major", alpha=0.3)
+    _colorbar(fig, ax, norm, n_values)
+
+
+def _draw_n_star(fig, result, norm, n_values, compare_with) -> None:
+    compare, compare_label = compare_with
+    ax = fig.add_subplot()
+    grid = result.grid
+    frontier = result.frontier
+    if len(grid):
+        c = grid["C"].to_numpy()
+        ax.step(c, grid["n_star"], where="mid", color="0.6", lw=1.0, label="n* = argmax of the fitted curves")
+        ax.plot(c, np.exp2(grid["log2_n_star_smoothed"]), "o", ms=3, color="tab:blue",
+                label=f"n*(C), running average in log2 (window {result.settings.get('window')})")
+        if "log2_n_star_low" in grid:
+            ax.fill_between(c, np.exp2(grid["log2_n_star_low"]), np.exp2(grid["log2_n_star_high"]),
+                            color="tab:orange", alpha=0.2, lw=0, label="95% bootstrap band (over runs)")
+        if result.curve is not None:
+            fit = result.curve
+            ax.plot(c, fit.n_star(c), color="tab:orange", lw=2.2,
+                    label=f"sigmoid: L={fit.L:.2f} k={fit.k:.2f} log10 C0={fit.log10_C0:.2f} b={fit.b:.2f}"
+                    f" (R²={result.r2:.3f})")
+        if compare is not None and compare.compute_unit == frontier.compute_unit:
+            ax.plot(c, compare.n_star(c), "--", color="tab:red", lw=1.5,
+                    label=f"{compare_label} (L={compare.L:.2f} k={compare.k:.2f} "
+                    f"log10 C0={compare.log10_C0:.2f} b={compare.b:.2f})")
+    if result.curve is None:
+        ax.text(0.5, 0.5, "no n*(C) fit:\n" + (result.no_curve_reason or ""), transform=ax.transAxes,
+                ha="center", va="center", fontsize=9, wrap=True)
+    ax.set_xscale("log")
+    ax.set_yscale("log", base=2)
+    ax.set_yticks(n_values)
+    ax.set_yticklabels([str(n) for n in n_values])
+    ax.minorticks_off()
+    ax.set_xlabel(f"compute C ({frontier.compute_unit})")
+    ax.set_ylabel("compute-optimal n*")
+    ax.set_title(f"n*(C) for {frontier.metric}")
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", fontsize=8)

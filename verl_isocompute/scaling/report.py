@@ -1,0 +1,233 @@
+"""The outputs of ``isocompute fit``: curve.json, tables, report.md and plots, written atomically.
+
+Files (all in the output directory):
+
+* ``curve.json``: the n*(C) sigmoid in the curve-file contract (:mod:`verl_isocompute.scaling.curve`),
+  only when n*(C) could be fitted;
+* ``frontier.csv``: one row per grid value of C: the envelope reward, n* (raw, smoothed, fitted),
+  the winning B_problem, the residual and the bootstrap band;
+* ``records.csv``: the record-breaking points over all runs (the empirical frontier) with their run, n
+  and B_problem;
+* ``fits.csv``: one row per group (n, or (n, B_problem)) with its fitted saturating curve;
+* ``report.md``: the fitted values with intervals, n* at round budgets (optionally next to a paper
+  preset), the per-group fits, the residuals, and every warning and data note;
+* ``frontier.png``, ``n_star.png``: see :mod:`verl_isocompute.scaling.plots`.
+
+Everything is first written into a temporary directory beside the output directory, then each file is
+moved into place with ``os.replace``: a failure while writing leaves the previous outputs as they were.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from verl_isocompute.scaling.curve import Curve
+from verl_isocompute.scaling.fit import FrontierFit
+
+CURVE_FILE = "curve.json"
+FRONTIER_FILE = "frontier.csv"
+RECORDS_FILE = "records.csv"
+FITS_FILE = "fits.csv"
+REPORT_FILE = "report.md"
+
+
+def write_outputs(
+    result: FrontierFit,
+    out_dir: str | Path,
+    compare: Curve | None = None,
+    compare_label: str | None = None,
+    command: str | None = None,
+) -> list[Path]:
+    """Write every output of a fit into ``out_dir`` atomically; returns the paths written.
+
+    Without a fitted curve (``result.curve is None``) no ``curve.json`` is written and an existing one
+    is left as it was (the report says so).
+    """
+    from verl_isocompute.scaling.plots import plot_frontier, save_plots
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stale_curve = result.curve is None and (out_dir / CURVE_FILE).exists()
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        if result.curve is not None:
+            curve = result.curve
+            if command:
+                curve = replace(curve, provenance={**curve.provenance, "command": command})
+            (staging / CURVE_FILE).write_text(json.dumps(_jsonable(curve.to_dict()), indent=2) + "\n")
+        result.grid.to_csv(staging / FRONTIER_FILE, index=False)
+        result.frontier.records.to_csv(staging / RECORDS_FILE, index=False)
+        result.groups.to_csv(staging / FITS_FILE, index=False)
+        figures = plot_frontier(result, compare=compare, compare_label=compare_label)
+        save_plots(figures, staging)
+        report = render_report(result, compare, compare_label, command, stale_curve=stale_curve)
+        (staging / REPORT_FILE).write_text(report)
+        written = []
+        for path in sorted(staging.iterdir()):
+            os.replace(path, out_dir / path.name)
+            written.append(out_dir / path.name)
+        return written
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def render_report(
+    result: FrontierFit,
+    compare: Curve | None = None,
+    compare_label: str | None = None,
+    command: str | None = None,
+    stale_curve: bool = False,
+) -> str:
+    """report.md as a string."""
+    fr = result.frontier
+    s = result.settings
+    label = compare_label or "compare"
+    lines = [f"# Compute-optimal n*(C): {fr.metric} against {fr.compute_unit}", ""]
+    if result.curve is not None:
+        c = result.curve
+        lines += [
+            f"log2 n*(C) = {c.L:.3f} / (1 + exp(-{c.k:.3f} (log10 C - {c.log10_C0:.3f}))) + {c.b:.3f}, "
+            f"C in {fr.compute_unit}, fitted on C in [{c.c_range[0]:.3g}, {c.c_range[1]:.3g}]: "
+            f"n* rises from {c.n_floor:.0f} to {c.n_ceiling:.0f} (R^2 = {result.r2:.3f}).",
+            "",
+        ]
+    else:
+        lines += [f"**No n*(C) curve was fitted**: {result.no_curve_reason}. The frontier below is complete.", ""]
+        if stale_curve:
+            lines += [f"An older `{CURVE_FILE}` in this directory was left as it was; it does not describe these runs.", ""]
+    if command:
+        lines += [f"Command: `{command}`", ""]
+    n_values = sorted(int(n) for n in fr.points["n"].unique())
+    b_values = sorted(int(b) for b in fr.points["b_problem"].unique())
+    lines += [
+        f"- runs: {fr.points['run'].nunique()} ({len(fr.points)} validation points at C > 0); "
+        f"n in {{{', '.join(map(str, n_values))}}}, b_problem in {{{', '.join(map(str, b_values))}}}",
+        f"- grouped by {' and '.join(result.group_by)}; per-group curves fitted on "
+        f"{'all validation points' if s['fit_on'] == 'all' else 'record-breaking points'}; "
+        + (f"R0 shared by all groups = {s['r0']:.4f}" if "r0" in s else "R0 fitted per group"),
+        f"- reward bucket {fr.bucket:g}; EMA {'off' if not fr.ema else fr.ema}; n* smoothing window "
+        f"{s['window']} grid points at {s['grid_per_decade']} per decade; k <= {s['k_max']:g}; "
+        f"bootstrap {result.bootstrap.get('succeeded', 0)}/{s['bootstrap']} resamples over runs (seed {s['seed']})",
+        "",
+    ]
+    if result.warnings:
+        lines += ["## Warnings", ""] + [f"- {w}" for w in result.warnings] + [""]
+    if fr.notes:
+        lines += ["## Notes on the data", ""] + [f"- {note}" for note in fr.notes] + [""]
+
+    if result.curve is not None:
+        c = result.curve
+        ci = result.ci.set_index("param") if result.ci is not None else None
+        rows = []
+        for name in ("L", "k", "log10_C0", "b"):
+            interval = f"[{ci.loc[name, 'low']:.3f}, {ci.loc[name, 'high']:.3f}]" if ci is not None else "-"
+            row = [name, f"{getattr(c, name):.3f}", interval]
+            if compare is not None:
+                row.append(f"{getattr(compare, name):.3f}")
+            rows.append(row)
+        headers = ["parameter", "value", "95% CI"] + ([label] if compare is not None else [])
+        lines += ["## n*(C) sigmoid", "", _md_table(headers, rows), ""]
+        resid = result.grid["residual"].to_numpy()
+        lines += [
+            f"- floor n* = 2^b = {c.n_floor:.1f}; ceiling n* = 2^(L+b) = {c.n_ceiling:.1f}",
+            f"- R^2 = {result.r2:.4f}; RMSE = {result.rmse:.3f} and max |residual| = {np.max(np.abs(resid)):.3f} "
+            f"(in log2 n, over {len(resid)} grid points)",
+            "",
+        ]
+        lines += _residual_table(result)
+
+    if len(result.grid):
+        table = result.n_star_table()
+        if len(table):
+            headers = ["C", "n* (data)"]
+            if result.curve is not None:
+                headers += ["n* (fit)", "95% CI"]
+            if compare is not None:
+                headers += [f"n* ({label})"]
+            rows = []
+            for row in table.to_dict("records"):
+                cells = [f"{row['C']:.3g}", f"{row['n_star_data']:.0f}"]
+                if result.curve is not None:
+                    cells.append(f"{row['n_star_fit']:.0f}")
+                    cells.append(f"[{row['n_star_low']:.0f}, {row['n_star_high']:.0f}]" if "n_star_low" in row else "-")
+                if compare is not None:
+                    cells.append(f"{compare.n_star(row['C']):.0f}" if compare.compute_unit == fr.compute_unit else "-")
+                rows.append(cells)
+            lines += ["## n* at round budgets", "", _md_table(headers, rows), ""]
+    if compare is not None and compare.compute_unit != fr.compute_unit:
+        lines += [f"({label} counts C in {compare.compute_unit}, this fit in {fr.compute_unit}: n* not compared.)", ""]
+    if compare is not None and compare.metric != fr.metric:
+        lines += [f"({label} was fitted on {compare.metric}, this fit on {fr.metric}.)", ""]
+
+    lines += ["## Per-group fits", "", "R(C) = R0 + (A - R0) / (1 + (C_mid / C)^beta)", ""]
+    headers = list(result.group_by) + (["b_problem"] if "b_problem" not in result.group_by else []) + [
+        "runs", "points", "C range", "best", "R0", "A", "C_mid", "beta", "RMSE", "status"]
+    rows = []
+    for g in result.groups.to_dict("records"):
+        rows.append(
+            [str(g[k]) for k in result.group_by]
+            + ([str(g["b_problem"])] if "b_problem" not in result.group_by else [])
+            + [str(g["runs"]), f"{g['points']} ({g['fit_points']} fitted)", f"{g['C_min']:.3g} - {g['C_max']:.3g}",
+               f"{g['best_reward']:.4f}"]
+            + [_num(g[k]) for k in ("R0", "A", "C_mid", "beta", "rmse")]
+            + [str(g["status"])]
+        )
+    lines += [_md_table(headers, rows), ""]
+    lines += [
+        "## Files",
+        "",
+        f"- `{CURVE_FILE}`: the n*(C) curve (feeds `isocompute allocate`)" if result.curve is not None else
+        f"- `{CURVE_FILE}`: not written (no n*(C) fit)",
+        f"- `{FRONTIER_FILE}`: envelope reward and n* on the grid of C",
+        f"- `{RECORDS_FILE}`: record-breaking points over all runs (the empirical frontier)",
+        f"- `{FITS_FILE}`: per-group saturating fits",
+        "- `frontier.png`, `n_star.png`: the plots",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _residual_table(result: FrontierFit) -> list[str]:
+    grid = result.grid
+    decade = np.floor(np.log10(grid["C"].to_numpy()) * 2) / 2  # half-decades
+    rows = []
+    for start, part in grid.groupby(decade, sort=True):
+        r = part["residual"].to_numpy()
+        rows.append([f"{10**start:.3g} - {10**(start + 0.5):.3g}", str(len(r)), f"{r.mean():+.3f}", f"{np.abs(r).max():.3f}"])
+    return ["Residuals (fit - smoothed data, log2 n) by half-decade of C:", "",
+            _md_table(["C", "grid points", "mean", "max |r|"], rows), ""]
+
+
+def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def _num(value: Any) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:.4g}"
+
+
+def _jsonable(value: Any) -> Any:
+    """numpy scalars and NaN are not JSON: convert (NaN -> null)."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
