@@ -85,7 +85,7 @@ def test_missing_rollouts_are_derived_and_said(tmp_path):
     steps, meta = _run(logs, tmp_path.name)
     assert meta["rollouts_source"] == "derived" and meta["n_source"] == "header"
     assert steps["rollouts"].tolist() == [0, 32, 64, 96]
-    assert any("rollouts not logged" in note for note in logs.notes)
+    assert any("rollouts not logged: C derived as step x n x b_problem" in note for note in build_frontier(logs).notes)
 
 
 def test_truncated_last_line_is_skipped_other_bad_lines_are_refused(tmp_path):
@@ -116,6 +116,9 @@ def test_verl_file_logger_settings_from_hydra_config_and_from_name():
     steps, meta = _run(logs, "qwen_easy_n4_bp16")
     assert (meta["n"], meta["b_problem"], meta["n_source"]) == (4, 16, "run name")
     assert any("taken from the run name" in note for note in logs.notes)
+    notes = build_frontier(logs, metric="val-core/math/reward/mean@4", compute="tokens").notes
+    assert any("tokens not logged: C derived as the running sum of response_length/mean" in note for note in notes)
+    assert not any("rollouts not logged" in note for note in notes)
     assert logs.nonfinite["val-core/math/reward/mean@4"] == 1  # orjson writes NaN as null
 
 

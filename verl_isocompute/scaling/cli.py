@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compute unit C: cumulative rollouts (default) or generated tokens")
     parser.add_argument("--bucket", type=float, default=0.01,
                         help="reward bucket width for record-breaking points (default 0.01; 0 = none)")
-    parser.add_argument("--group-by", choices=("n", "n,b_problem"), default="n",
+    parser.add_argument("--group-by", choices=("n", "n,b_problem"), default="n", metavar="{n | n,b_problem}",
                         help="one curve per n (B_problem fixed, default) or per (n, B_problem) for the joint sweep")
     parser.add_argument("--fit-on", choices=("all", "records"), default="all",
                         help="fit each group's curve to all validation points (default) or to its record-breaking points")
@@ -83,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         _error(f"cannot write to {args.out}: {exc}; previous outputs are untouched")
         return 2
 
+    for note in result.frontier.notes:
+        print(f"note: {note}", file=sys.stderr)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     for path in written:

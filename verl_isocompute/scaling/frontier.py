@@ -26,11 +26,18 @@ import pandas as pd
 
 from verl_isocompute.scaling.curve import COMPUTE_UNITS
 from verl_isocompute.scaling.errors import ScalingError
-from verl_isocompute.scaling.records import RunLogs
+from verl_isocompute.scaling.records import RESPONSE_LENGTH, RunLogs, name_runs
 
 DEFAULT_METRIC = "val/avg@4"
 DEFAULT_BUCKET = 0.01
-POINT_COLUMNS = ("run", "n", "b_problem", "step", "C", "reward")
+# How compute was derived for runs that did not log it (see records.py), as the report says it.
+_DERIVED = {
+    "rollouts": {
+        "derived": "rollouts not logged: C derived as step x n x b_problem",
+        "--derive-compute": "--derive-compute: C derived as step x n x b_problem, logged counters ignored",
+    },
+    "tokens": {"derived": f"tokens not logged: C derived as the running sum of {RESPONSE_LENGTH} x n x b_problem"},
+}
 
 
 @dataclass
@@ -70,7 +77,8 @@ def validation_points(
             raise ScalingError(f"every logged value of {metric!r} is NaN or inf ({dropped_nonfinite} values)")
         raise ScalingError(f"metric {metric!r} is not in the logs; pass --metric, logged metrics: {_list_metrics(logs.metrics)}")
     if compute == "tokens":
-        missing = logs.runs.loc[logs.runs["tokens_source"].isna(), "run"].tolist()
+        logged = steps["tokens"].notna().groupby(steps["run"]).any()
+        missing = logged.index[~logged].tolist()
         if missing:
             raise ScalingError(
                 f"generated tokens are not logged (nor derivable from response_length/mean) for {len(missing)} "
@@ -79,6 +87,11 @@ def validation_points(
     _check_increasing(steps, compute)
 
     notes = []
+    sources = logs.runs.set_index("run").get(f"{compute}_source", pd.Series(dtype=object))
+    for source, how in _DERIVED[compute].items():
+        runs = sources.index[sources == source].tolist()
+        if runs:
+            notes.append(f"{how}: {name_runs(runs)}")
     if dropped_nonfinite:
         notes.append(f"dropped {dropped_nonfinite} NaN/inf values of {metric}")
     rows = steps.loc[steps[metric].notna(), ["run", "n", "b_problem", "step", compute, metric]]

@@ -12,6 +12,7 @@ state), so this works in scripts, on servers, and returns figures a notebook sho
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,7 +79,9 @@ def _draw_frontier(fig, result, norm, n_values, _compare) -> None:
     frontier = result.frontier
     ax = fig.add_subplot()
     pts = frontier.points
-    ax.scatter(pts["C"], pts["reward"], c=pts["n"], cmap=cmap, norm=norm, s=4, alpha=0.25, lw=0, rasterized=True)
+    dense = len(pts) > 2000  # many runs: small faint dots, so the fits and the frontier stay visible
+    ax.scatter(pts["C"], pts["reward"], c=pts["n"], cmap=cmap, norm=norm, s=4 if dense else 14,
+               alpha=0.25 if dense else 0.7, lw=0, rasterized=True)
     for row in result.groups.itertuples(index=False):
         key = (row.n, row.b_problem) if result.group_by == ("n", "b_problem") else (row.n,)
         curve = result.curves.get(key)
@@ -94,10 +97,10 @@ def _draw_frontier(fig, result, norm, n_values, _compare) -> None:
         line = LineCollection(segments, cmap=cmap, norm=norm, linewidths=3.5, zorder=4)
         line.set_array(grid["n_star"].to_numpy()[:-1].astype(float))
         ax.add_collection(line)
+        ax.plot([], [], color="black", lw=3.5, label="frontier: envelope of the fits, coloured by n*")
     rec = frontier.records
     ax.scatter(rec["C"], rec["reward"], facecolors="none", edgecolors="black", s=22, lw=0.8, zorder=5,
                label=f"record-breaking points (bucket {frontier.bucket:g})")
-    ax.plot([], [], color="black", lw=3.5, label="frontier: envelope of the fits, coloured by n*")
     ax.set_xscale("log")
     ax.set_xlabel(f"compute C ({frontier.compute_unit})")
     ax.set_ylabel(frontier.metric)
@@ -130,8 +133,9 @@ def _draw_n_star(fig, result, norm, n_values, compare_with) -> None:
                     label=f"{compare_label} (L={compare.L:.2f} k={compare.k:.2f} "
                     f"log10 C0={compare.log10_C0:.2f} b={compare.b:.2f})")
     if result.curve is None:
-        ax.text(0.5, 0.5, "no n*(C) fit:\n" + (result.no_curve_reason or ""), transform=ax.transAxes,
-                ha="center", va="center", fontsize=9, wrap=True)
+        reason = textwrap.fill(result.no_curve_reason or "", 70)
+        ax.text(0.5, 0.5, "no n*(C) fit:\n" + reason, transform=ax.transAxes, ha="center", va="center", fontsize=9,
+                bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "0.7"})
     ax.set_xscale("log")
     ax.set_yscale("log", base=2)
     ax.set_yticks(n_values)

@@ -70,8 +70,9 @@ class RunLogs:
     ``steps``: one row per (run, step) with ``run``, ``step``, ``n``, ``b_problem``, ``rollouts``,
     ``tokens`` (NaN where unknown) and one column per logged metric (NaN where not logged).
     ``runs``: one row per run: ``run``, ``path``, ``format``, ``n``, ``b_problem``, where each came from
-    (``n_source``, ``b_problem_source``, ``rollouts_source``, ``tokens_source``), ``steps``,
-    ``duplicate_steps``. ``nonfinite``: metric -> number of NaN/inf/null values logged (dropped).
+    (``n_source``, ``b_problem_source``: log | header | --n/--b-problem | .hydra/config.yaml | run name;
+    ``rollouts_source``: log | derived | --derive-compute; ``tokens_source``: log | derived | None),
+    ``steps``, ``duplicate_steps``, and the header's ``model``, ``recipe``, ``dataset_size``. ``nonfinite``: metric -> number of NaN/inf/null values logged (dropped).
     ``notes``: what was derived or dropped, for the report.
     """
 
@@ -362,11 +363,12 @@ class _Notes:
         self._runs[text].append(run)
 
     def render(self) -> list[str]:
-        lines = []
-        for text, runs in self._runs.items():
-            shown = ", ".join(runs[:3]) + (f", ... ({len(runs)} runs)" if len(runs) > 3 else "")
-            lines.append(f"{text}: {shown}")
-        return lines
+        return [f"{text}: {name_runs(runs)}" for text, runs in self._runs.items()]
+
+
+def name_runs(runs: list[str]) -> str:
+    """The first few run names and how many there are."""
+    return ", ".join(runs[:3]) + (f", ... ({len(runs)} runs)" if len(runs) > 3 else "")
 
 
 def _finalize(raw: _RawRun, overrides: dict[str, int | None], derive_compute: bool, notes: _Notes):
@@ -397,9 +399,7 @@ def _finalize(raw: _RawRun, overrides: dict[str, int | None], derive_compute: bo
         meta["rollouts_source"] = "log"
     else:
         frame["rollouts"] = frame["step"] * (n * b_problem)
-        meta["rollouts_source"] = "derived"
-        why = "--derive-compute" if derive_compute else "not logged"
-        notes.add(f"rollouts {why}: C derived as step x n x b_problem", raw.name)
+        meta["rollouts_source"] = "--derive-compute" if derive_compute else "derived"
     if "tokens" in frame and frame["tokens"].notna().any() and not derive_compute:
         meta["tokens_source"] = "log"
     else:
@@ -418,7 +418,6 @@ def _finalize(raw: _RawRun, overrides: dict[str, int | None], derive_compute: bo
                 frame.loc[lengths.index, "tokens"] = cumulative.to_numpy()
                 frame.loc[frame["step"] == 0, "tokens"] = 0.0
                 meta["tokens_source"] = "derived"
-                notes.add(f"tokens not logged: derived as the running sum of {RESPONSE_LENGTH} x n x b_problem", raw.name)
     meta["steps"] = int(len(frame))
     meta["duplicate_steps"] = duplicates
     for key in ("model", "recipe", "dataset_size"):
