@@ -182,3 +182,13 @@ def test_tokens_requested_but_not_logged():
     logs = load_runs([FIXTURES / "wandb_export.csv"])
     with pytest.raises(ScalingError, match="tokens are not logged.*--compute rollouts"):
         build_frontier(logs, compute="tokens")
+
+
+def test_run_without_the_metric_is_left_out_and_said(tmp_path):
+    for name, metric in (("a_n8_bp32", "val/avg@4"), ("b_n16_bp32", "val/best@4")):
+        lines = [{"step": s, "n": 8, "b_problem": 32, "rollouts": 256 * s, metric: 0.1 * s} for s in range(1, 4)]
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "isocompute.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    frontier = build_frontier(load_runs([tmp_path]))
+    assert frontier.points["run"].str.endswith("a_n8_bp32").all()
+    assert any("no values of val/avg@4 at C > 0, run left out" in note and "b_n16_bp32" in note for note in frontier.notes)

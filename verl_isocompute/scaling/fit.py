@@ -317,8 +317,8 @@ class FrontierFit:
         if compute is None:
             compute = nice_budgets(float(grid["C"].iloc[0]), float(grid["C"].iloc[-1]))
         compute = np.asarray(compute, dtype=float)
-        idx = np.clip(np.searchsorted(grid["C"].to_numpy(), compute), 0, len(grid) - 1)
-        table = pd.DataFrame({"C": compute, "n_star_data": np.exp2(grid["log2_n_star_smoothed"].to_numpy()[idx])})
+        smoothed = np.interp(np.log10(compute), np.log10(grid["C"].to_numpy()), grid["log2_n_star_smoothed"].to_numpy())
+        table = pd.DataFrame({"C": compute, "n_star_data": np.exp2(smoothed)})
         if self.curve is not None:
             table["n_star_fit"] = self.curve.n_star(compute)
             if self.bootstrap_params is not None and len(self.bootstrap_params):

@@ -383,7 +383,7 @@ def _finalize(raw: _RawRun, overrides: dict[str, int | None], derive_compute: bo
     if duplicates:
         # A resumed run re-logs the steps it re-ran: the last value of each metric wins.
         frame = frame.groupby("step", sort=True).last().reset_index()
-        notes.add(f"duplicate steps (a resumed run?): kept the last value logged for each step", raw.name)
+        notes.add("duplicate steps (a resumed run?): kept the last value logged for each step", raw.name)
     elif not frame["step"].is_monotonic_increasing:
         frame = frame.sort_values("step", kind="stable").reset_index(drop=True)
 
@@ -450,17 +450,17 @@ def _resolve_setting(raw: _RawRun, frame: pd.DataFrame, key: str, override: int 
         if value is None:
             raise ScalingError(
                 f"{raw.name}: the log does not say {key}; pass {flag}, put the run's .hydra/config.yaml next to "
-                f"the log, or name the run like '..._n16_bp32'"
+                "the log, or name the run like '..._n16_bp32'"
             )
         notes.add(f"{key} not in the log, taken from the {source}", raw.name)
-    if override is not None and source != flag and float(override) != float(value):
-        notes.add(f"{flag} {override} ignored: the log says {key}={value:g}", raw.name)
     try:
         number = float(value)
     except (TypeError, ValueError):
         raise ScalingError(f"{raw.name}: {key} must be a positive integer, got {value!r}") from None
     if not (math.isfinite(number) and number >= 1 and number == int(number)):
         raise ScalingError(f"{raw.name}: {key} must be a positive integer, got {value!r}")
+    if override is not None and source != flag and float(override) != number:
+        notes.add(f"{flag} {override} ignored: the log says {key}={int(number)}", raw.name)
     return int(number), source
 
 

@@ -55,7 +55,7 @@ def write_outputs(
     from verl_isocompute.scaling.plots import plot_frontier, save_plots
 
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
     stale_curve = result.curve is None and (out_dir / CURVE_FILE).exists()
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
@@ -71,6 +71,7 @@ def write_outputs(
         save_plots(figures, staging)
         report = render_report(result, compare, compare_label, command, stale_curve=stale_curve)
         (staging / REPORT_FILE).write_text(report)
+        out_dir.mkdir(exist_ok=True)
         written = []
         for path in sorted(staging.iterdir()):
             os.replace(path, out_dir / path.name)
