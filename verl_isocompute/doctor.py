@@ -63,34 +63,37 @@ def check_verl_version() -> Check:
     )
 
 
-def check_registrations() -> Check:
+def check_registrations(platform: str | None = None) -> Check:
+    """Our registrations as verl sees them after its own plugin loading (optionally on a platform)."""
+    name = "plugin loaded by verl" + (f" (VERL_PLATFORM={platform})" if platform else "")
+    env = {"VERL_PLATFORM": platform} if platform else {}
     code = """
         import json, verl
         from verl_isocompute.registrations import check_registrations
         print(json.dumps(check_registrations()))
     """
-    rc, out, err = _run_python(code)
+    rc, out, err = _run_python(code, env)
     if rc != 0:
-        return Check("plugin loaded by verl", False, f"`import verl` failed: {err.strip().splitlines()[-1:]}", "reinstall verl")
+        return Check(name, False, f"`import verl` failed: {err.strip().splitlines()[-1:]}", "reinstall verl")
     seen = _last_json(out)
     missing = [name for name, ok in seen.items() if not ok]
     if not missing:
-        return Check("plugin loaded by verl", True, f"{len(seen)} registrations visible after `import verl`")
+        return Check(name, True, f"{len(seen)} registrations visible after `import verl`")
     import os
 
     policy = os.environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto")
     if policy.strip().lower() == "none" or (policy not in ("", "auto") and "isocompute" not in policy.split(",")):
         return Check(
-            "plugin loaded by verl",
+            name,
             False,
             f"VERL_USE_EXTERNAL_PLUGINS={policy} keeps verl from loading this plugin",
             "unset VERL_USE_EXTERNAL_PLUGINS, or include isocompute in it",
         )
     # Import our plugin directly to surface the error verl swallowed.
-    rc, _, err = _run_python("import verl_isocompute.plugin")
+    rc, _, err = _run_python("import verl_isocompute.plugin", env)
     cause = err.strip().splitlines()[-1] if rc != 0 and err.strip() else "no entry point named isocompute in group verl.plugins"
     return Check(
-        "plugin loaded by verl",
+        name,
         False,
         f"missing: {', '.join(missing)}; cause: {cause}",
         "reinstall: pip install -e . (or pip install verl-isocompute); the cause above names what failed to import",
@@ -140,7 +143,8 @@ def check_reward_thread() -> Check:
 
 
 def run_checks() -> list[Check]:
-    return [check_verl_version(), check_registrations(), check_cpu_backend(), check_reward_thread()]
+    return [check_verl_version(), check_registrations(), check_registrations("cpu"), check_cpu_backend(),
+            check_reward_thread()]
 
 
 def add_arguments(parser) -> None:

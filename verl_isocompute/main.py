@@ -9,8 +9,15 @@ TaskRunner: the run is an ordinary verl run. What is resolved here, before verl 
 - the model: ``isocompute.model=smollm2|tiny`` builds (once) and uses a built-in model; otherwise
   ``actor_rollout_ref.model.path`` is checked to be a usable local checkpoint with a chat template;
 - the data: ``isocompute.data.source=arithmetic`` generates the seeded demo problem set;
-- the run directory ``isocompute.run_dir``: hydra's record of the config, verl's metrics
-  (``verl_metrics.jsonl``), checkpoints and validation generations all go there.
+- the allocation hook (``isocompute.allocation.enable``): a budget becomes ``rollout.n``,
+  ``data.train_batch_size``, steps and lr (:func:`verl_isocompute.allocation.apply_allocation`);
+- the learning rate (``isocompute.lr``): lr = base_lr * sqrt(B_problem * n / b_ref) with a linear
+  warm-up, written into verl's optimizer config (:mod:`verl_isocompute.lr`), so no worker resolves it;
+- the run directory ``isocompute.run_dir``: hydra's record of the config, our run log
+  (``isocompute.jsonl``), verl's metrics (``verl_metrics.jsonl``), checkpoints and validation generations.
+
+A setting given explicitly on the command line is never silently replaced by the allocation or the LR
+rule: that is an error naming both values.
 
 Overrides work as in verl (``actor_rollout_ref.rollout.n=8``); new keys need ``+key=value``.
 """
@@ -116,19 +123,89 @@ def check_group_size(cfg: DictConfig) -> None:
         )
 
 
-def prepare(cfg: DictConfig) -> DictConfig:
-    """Resolve our ``isocompute`` block into plain verl settings. Raises :class:`RecipeError`."""
+def _dataset_size(cfg: DictConfig) -> int:
+    import pyarrow.parquet as pq
+
+    files = _select(cfg, "data.train_files")
+    files = OmegaConf.to_container(files) if OmegaConf.is_list(files) else [files]
+    return sum(pq.ParquetFile(os.path.expanduser(str(f))).metadata.num_rows for f in files)
+
+
+def prepare_allocation(cfg: DictConfig, explicit_keys: set[str]) -> bool:
+    """Apply ``isocompute.allocation`` when enabled; returns whether it ran."""
+    from verl_isocompute.allocation import AllocationError, apply_allocation, format_decision
+
+    if not _select(cfg, "isocompute.allocation.enable", default=False):
+        return False
+    with open_dict(cfg):
+        if _select(cfg, "isocompute.allocation.dataset_size") is None:
+            cfg.isocompute.allocation.dataset_size = _dataset_size(cfg)
+    try:
+        allocation = apply_allocation(cfg, explicit_keys)
+    except (AllocationError, ValueError) as exc:
+        raise RecipeError(str(exc)) from None
+    print(f"[isocompute] allocation: {format_decision(allocation)}", flush=True)
+    return True
+
+
+LR_KEYS = ("actor_rollout_ref.actor.optim.lr", "actor_rollout_ref.actor.optim.lr_warmup_steps")
+
+
+def prepare_lr(cfg: DictConfig, explicit_keys: set[str]) -> None:
+    """Write the recipe's LR rule into verl's optimizer config (before any worker exists)."""
+    from verl_isocompute.lr import resolve_lr
+
+    rule = _select(cfg, "isocompute.lr.rule")
+    if rule in (None, "none", "null"):
+        return
+    given = sorted(explicit_keys & set(LR_KEYS))
+    if given:
+        raise RecipeError(
+            f"{', '.join(f'{k}={_select(cfg, k)}' for k in given)} given on the command line, but "
+            f"isocompute.lr.rule={rule} sets the learning rate; drop the override, or set isocompute.lr.rule=null "
+            "to use your own learning rate"
+        )
+    try:
+        decision = resolve_lr(
+            b_problem=int(cfg.data.train_batch_size), n=int(cfg.actor_rollout_ref.rollout.n),
+            base_lr=float(cfg.isocompute.lr.base_lr), b_ref=float(cfg.isocompute.lr.b_ref), rule=str(rule),
+            warmup_steps=int(cfg.isocompute.lr.warmup_steps),
+        )
+    except ValueError as exc:
+        raise RecipeError(f"isocompute.lr: {exc}") from None
+    with open_dict(cfg):
+        cfg.actor_rollout_ref.actor.optim.lr = decision.lr
+        cfg.actor_rollout_ref.actor.optim.lr_warmup_steps = decision.warmup_steps
+        cfg.actor_rollout_ref.actor.optim.lr_warmup_steps_ratio = 0.0
+    print(
+        f"[isocompute] lr: {decision.lr:.3g} ({rule} rule: {decision.base_lr:g} * sqrt({decision.batch_rollouts} / "
+        f"{decision.b_ref:g}) for B = {cfg.data.train_batch_size} x {cfg.actor_rollout_ref.rollout.n} rollouts), "
+        f"warm-up {decision.warmup_steps} steps",
+        flush=True,
+    )
+
+
+def prepare(cfg: DictConfig, explicit_keys: set[str] | None = None) -> DictConfig:
+    """Resolve our ``isocompute`` block into plain verl settings. Raises :class:`RecipeError`.
+
+    ``explicit_keys``: dotted keys the user set on the command line (protected from the allocation
+    hook and the LR rule).
+    """
+    explicit_keys = explicit_keys or set()
     prepare_platform(cfg)
-    check_group_size(cfg)
     prepare_model(cfg)
     prepare_data(cfg)
+    # The allocation sets n, B_problem and the lr through the same LR rule; otherwise the rule runs here.
+    if not prepare_allocation(cfg, explicit_keys):
+        prepare_lr(cfg, explicit_keys)
+    check_group_size(cfg)
     prepare_run_dir(cfg)
     return cfg
 
 
-def run(cfg: DictConfig) -> None:
+def run(cfg: DictConfig, explicit_keys: set[str] | None = None) -> None:
     """Prepare ``cfg`` and run it with verl's trainer."""
-    prepare(cfg)
+    prepare(cfg, explicit_keys)
     import verl  # noqa: F401  (loads plugins, ours included, with VERL_PLATFORM already set)
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -142,8 +219,12 @@ def run(cfg: DictConfig) -> None:
 
 @hydra.main(config_path="pkg://verl_isocompute.recipes", config_name="cpu_demo", version_base=None)
 def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    from verl_isocompute.allocation import explicit_keys_from_overrides
+
     try:
-        run(cfg)
+        run(cfg, explicit_keys_from_overrides(HydraConfig.get().overrides.task))
     except RecipeError as exc:
         print(f"isocompute: error: {exc}", file=sys.stderr)
         sys.exit(2)

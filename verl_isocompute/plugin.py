@@ -15,7 +15,12 @@ def register_all() -> None:
     """Register all our extensions with verl (safe to call any number of times)."""
     from verl_isocompute import cpu
 
+    # First: importing verl's trainer modules resolves the platform, and under VERL_PLATFORM=cpu the
+    # cpu platform must already be registered by then.
     cpu.register()
+    from verl_isocompute import advantage, trainer  # noqa: F401  (the trainer registers on import)
+
+    advantage.register()
 
 
 register_all()

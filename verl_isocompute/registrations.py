@@ -19,6 +19,10 @@ EXPECTED: dict[str, Callable[[], bool]] = {
     "platform cpu": lambda: _attr("verl.plugin.platform", "PlatformRegistry").get("cpu") is not None,
     "rollout hf (replica)": lambda: "hf" in _attr("verl.workers.rollout.replica", "RolloutReplicaRegistry")._registry,
     "rollout hf (adapter)": lambda: ("hf", "async") in _attr("verl.workers.rollout.base", "_ROLLOUT_REGISTRY"),
+    "estimator isocompute_grpo": lambda: "isocompute_grpo" in _attr("verl.trainer.ppo.core_algos", "ADV_ESTIMATOR_REGISTRY"),
+    "estimator isocompute_grpo_decoupled": lambda: "isocompute_grpo_decoupled"
+    in _attr("verl.trainer.ppo.core_algos", "ADV_ESTIMATOR_REGISTRY"),
+    "trainer isocompute": lambda: "isocompute" in _attr("verl.trainer.ppo.v1.trainer_base", "TRAINER_REGISTRY"),
 }
 
 

@@ -75,5 +75,9 @@ def apply_cpu_runtime() -> None:
             if "cuda" in registry and PLATFORM_NAME not in registry:
                 registry[PLATFORM_NAME] = registry["cuda"]
 
-    transformer_impl.CPUOffloadPolicy = functools.partial(CPUOffloadPolicy, pin_memory=False)
+    def unpinned_offload_policy(*args, **kwargs):
+        kwargs["pin_memory"] = False  # verl passes pin_memory=True explicitly
+        return CPUOffloadPolicy(*args, **kwargs)
+
+    transformer_impl.CPUOffloadPolicy = unpinned_offload_policy
     _runtime_applied = True
