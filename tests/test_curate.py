@@ -1,0 +1,231 @@
+"""Difficulty curation: screening, splits at the paper's thresholds, mixtures, train/val, cache, outputs.
+
+The unit tests need no model (the answer check starts math-verify worker processes). The e2e test samples
+a small generated problem set with the tiny model through verl's rollout machinery (Ray + our hf server).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from verl_isocompute.data import curate as c
+from verl_isocompute.data.arithmetic import to_verl_row
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _rows(answers):
+    return pd.DataFrame([to_verl_row(f"Calculate {i} + 0.", a, "train", i) for i, a in enumerate(answers)])
+
+
+def _difficulty(counts, k=16):
+    ids = [f"p{i:03d}" for i in range(len(counts))]
+    frame = pd.DataFrame({"problem_id": ids, "data_source": "x", "k": k, "correct": counts,
+                          "mean_response_tokens": 10.0, "truncated": 0.0})
+    frame.insert(4, "avg@k", frame["correct"] / k)
+    frame.insert(5, "pass@k", (frame["correct"] > 0).astype(float))
+    return frame
+
+
+# --- screening --------------------------------------------------------------------------------------
+
+
+def test_screen_counts_and_skips_bad_problems():
+    rows = _rows(["3", "4", "\\frac{1}{", "5"]).to_dict("records")
+    rows[1]["reward_model"] = {"style": "rule", "ground_truth": None}  # no ground truth
+    rows.append(dict(rows[0]))  # a duplicate of row 0
+    rows.append({**rows[3], "prompt": "not chat messages"})
+    df = pd.DataFrame(rows)
+    problems, skipped = c.screen(df)
+    assert len(problems) == 2 and problems["problem_id"].is_unique
+    reasons = dict(zip(skipped["row"], skipped["reason"]))
+    assert reasons == {1: "no ground truth", 2: "unparsable ground truth", 4: "duplicate", 5: "prompt is not a list of chat messages"}
+    assert skipped.loc[skipped["row"] == 4, "detail"].item() == "same prompt and answer as row 0"
+    # without the answer check the unparsable reference is kept (rewards that are not math-verify)
+    problems, skipped = c.screen(df, check_answers=False)
+    assert len(problems) == 3 and "unparsable ground truth" not in set(skipped["reason"])
+
+
+def test_problem_id_is_stable_and_depends_on_prompt_and_answer():
+    messages = [{"role": "user", "content": "1+1?"}]
+    assert c.problem_id(messages, "2") == c.problem_id([dict(messages[0])], "2")
+    assert c.problem_id(messages, "2") != c.problem_id(messages, "3")
+    assert len(c.problem_id(messages, "2")) == 16
+    # parquet gives numpy arrays of dicts back: same id
+    df = _rows(["2"])
+    assert c.messages_of(np.array(df["prompt"][0], dtype=object)) == df["prompt"][0]
+
+
+def test_load_parquet_requires_verl_columns(tmp_path):
+    pd.DataFrame({"question": ["1+1"], "answer": ["2"]}).to_parquet(tmp_path / "x.parquet")
+    with pytest.raises(c.CurateError, match="no 'prompt' column"):
+        c.load_parquet([tmp_path / "x.parquet"])
+    with pytest.raises(c.CurateError, match="does not exist"):
+        c.load_parquet([tmp_path / "missing.parquet"])
+
+
+def test_generate_gives_verl_rows():
+    df = c.generate("basic_arithmetic", 5, seed=3, max_digits=2)
+    assert len(df) == 5 and set(df["data_source"]) == {"reasoning_gym/basic_arithmetic"}
+    assert all(c.ground_truth_of(rm) for rm in df["reward_model"])
+    with pytest.raises(c.CurateError, match="no_such_task"):
+        c.generate("no_such_task", 5)
+
+
+# --- splits, mixtures, train/val --------------------------------------------------------------------
+
+
+def test_splits_use_the_papers_thresholds_at_k16():
+    # one problem per count c = 0..16
+    splits = c.assign_splits(_difficulty(list(range(17))))
+    counts = lambda ids: sorted(int(i[1:]) for i in ids)  # noqa: E731
+    assert counts(splits["easy"]) == [5, 6, 7, 8, 9]  # avg@16 in [0.3, 0.6]
+    assert counts(splits["hard"]) == [0, 1]  # avg@16 in [0, 1/16]
+    assert counts(splits["extremely_hard"]) == [0]  # pass@16 = 0
+    assert counts(splits["very_easy"]) == [10, 11, 12, 13, 14]  # [0.6, 0.9]
+
+
+def test_thresholds_are_configurable_and_checked():
+    splits = c.assign_splits(_difficulty(list(range(17))), c.Thresholds(easy=(0.25, 0.75), hard=(0.0, 0.0)))
+    assert len(splits["easy"]) == 9 and len(splits["hard"]) == 1
+    with pytest.raises(c.CurateError, match="--easy 0.7,0.3"):
+        c.Thresholds(easy=(0.7, 0.3))
+
+
+def test_mixtures_keep_proportions_and_never_repeat_a_problem():
+    # 600 hard (c = 0), 300 easy (c = 6), 300 very easy (c = 12)
+    splits = c.assign_splits(_difficulty([0] * 600 + [6] * 300 + [12] * 300))
+    mixes = c.build_mixtures(splits, size=1000, seed=0)
+    assert mixes["hard_only"].counts == {"hard": 600} and "only 600 hard" in mixes["hard_only"].note
+    assert mixes["dual"].counts == {"hard": 300, "easy": 300}  # easy limits dual to 600
+    assert mixes["tri"].counts == {"hard": 500, "easy": 250, "very_easy": 250}
+    assert len(mixes["tri"].ids) == 1000 and mixes["tri"].note == "1000 problems"
+    for mix in mixes.values():
+        assert len(set(mix.ids)) == len(mix.ids)
+    hard = set(splits["hard"])
+    assert sum(i in hard for i in mixes["tri"].ids) == 500
+    # the same seed gives the same mixture
+    assert c.build_mixtures(splits, size=1000, seed=0)["tri"].ids == mixes["tri"].ids
+
+
+def test_overlapping_pools_give_a_problem_to_one_component():
+    # with k = 5, 3/5 = 0.6 is both easy and very easy
+    splits = c.assign_splits(_difficulty([3] * 10 + [0] * 10, k=5))
+    assert set(splits["easy"]) == set(splits["very_easy"])
+    tri = c.build_mixtures(splits, size=100)["tri"]
+    assert tri.counts == {"hard": 0, "easy": 0, "very_easy": 0} and "very_easy" in tri.note
+    dual = c.build_mixtures(splits, size=100)["dual"]
+    assert dual.counts == {"hard": 10, "easy": 10} and len(set(dual.ids)) == 20
+
+
+def test_train_val_split_is_disjoint_and_scaled_for_small_sets():
+    ids = [f"p{i}" for i in range(2000)]
+    train, val = c.train_val_split(ids)
+    assert len(val) == 300 and len(train) == 1700 and not set(train) & set(val)
+    assert len(c.train_val_split(ids[:1000])[1]) == 200  # at most 20% of the set
+    train, val = c.train_val_split(ids[:40])
+    assert len(val) == 8 and len(train) == 32  # 20% of a small set
+    train, val = c.train_val_split(ids[:3])
+    assert len(val) == 1 and len(train) == 2
+    assert c.train_val_split(ids[:1]) == ([], [])
+
+
+# --- cache and outputs ------------------------------------------------------------------------------
+
+
+def test_cache_resumes_ignores_a_cut_line_and_refuses_other_settings(tmp_path):
+    settings = {"model": "m", "k": 4, "temperature": 0.6}
+    cache = c.SampleCache(tmp_path, settings)
+    cache.append({"id": "a", "k": 4, "correct": 1})
+    cache.append({"id": "b", "k": 4, "correct": 0})
+    cache.close()
+    with open(tmp_path / c.SAMPLES_FILE, "a") as f:
+        f.write('{"id": "c", "k": 4, "corr')  # killed mid-write
+    assert set(c.SampleCache(tmp_path, settings).load()) == {"a", "b"}
+    with pytest.raises(c.CurateError, match=r"k: 4 -> 16.*--restart"):
+        c.SampleCache(tmp_path, {**settings, "k": 16})
+    assert c.SampleCache(tmp_path, {**settings, "k": 16}, restart=True).load() == {}
+
+
+def test_write_outputs_writes_every_file(tmp_path):
+    problems, _ = c.screen(_rows([str(i) for i in range(40)]), check_answers=False)
+    counts = [0] * 15 + [1] * 5 + [6] * 10 + [12] * 10
+    records = {pid: {"id": pid, "k": 16, "correct": n, "response_tokens": [5] * 16, "truncated": 2}
+               for pid, n in zip(problems["problem_id"], counts)}
+    difficulty = c.difficulty_table(problems, records, 16)
+    assert difficulty["avg@k"].tolist() == [n / 16 for n in counts]
+    assert difficulty["pass@k"].tolist() == [float(n > 0) for n in counts]
+    skipped = pd.DataFrame([{"row": 40, "reason": "no ground truth", "detail": ""}])
+    summary = c.write_outputs(tmp_path, problems, difficulty, skipped, {"k": 16, "model": "m"}, mixture_size=20)
+    assert summary["splits"] == {"easy": 10, "hard": 20, "extremely_hard": 15, "very_easy": 10}
+    assert summary["mixtures"]["tri"]["size"] == 20 and summary["mixtures"]["tri"]["counts"] == {"hard": 10, "easy": 5, "very_easy": 5}
+    for name in ("difficulty.parquet", "difficulty.png", "report.md", "skipped.parquet", "summary.json",
+                 "splits/easy.parquet", "splits/hard.parquet", "splits/extremely_hard.parquet", "splits/very_easy.parquet",
+                 "mixtures/hard_only.parquet", "mixtures/dual.parquet", "mixtures/tri.parquet",
+                 "sets/hard/train.parquet", "sets/hard/val.parquet", "sets/tri/train.parquet"):
+        assert (tmp_path / name).is_file(), name
+    hard = pd.read_parquet(tmp_path / "splits" / "hard.parquet")
+    assert len(hard) == 20 and set(hard.columns) >= {"prompt", "reward_model", "data_source", "extra_info"}
+    assert all(e["difficulty_avg_at_k"] <= 1 / 16 for e in hard["extra_info"])
+    train, val = (pd.read_parquet(tmp_path / "sets" / "hard" / f"{s}.parquet") for s in ("train", "val"))
+    assert len(val) == 4 and len(train) == 16
+    ids = lambda f: {e["difficulty_id"] for e in f["extra_info"]}  # noqa: E731
+    assert not ids(train) & ids(val)
+    report = (tmp_path / "report.md").read_text()
+    assert "| no ground truth | 1 |" in report and "| hard | avg@16 in [0, 0.0625] | 20 |" in report
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+
+def _curate(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "verl_isocompute.cli", "curate", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_dataset_without_usable_problems_is_a_clear_error(tmp_path):
+    df = _rows(["1", "2"])
+    df["reward_model"] = [{"style": "rule", "ground_truth": None}] * 2
+    df.to_parquet(tmp_path / "bad.parquet")
+    proc = _curate("--data", tmp_path / "bad.parquet", "--out", tmp_path / "out")
+    assert proc.returncode == 2, proc.stderr
+    assert "no usable problem among 2: {'no ground truth': 2}" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.e2e
+def test_curate_end_to_end_with_the_tiny_model(tmp_path, tiny_model_path):
+    """12 generated problems x 4 samples through Ray and our hf rollout server; then a cached rerun."""
+    out = tmp_path / "curated"
+    reward = f"reward.custom_reward_function.path={FIXTURES / 'parity_reward.py'}"  # varies for a random model
+    args = ["--generate", "basic_arithmetic", "--size", 12, "--gen-arg", "max_digits=2", "--out", out,
+            "--model", "tiny", "--k", 4, "--mixture-size", 6, reward]
+    proc = _curate(*args)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "0 cached, 12 to sample" in proc.stderr
+    samples = [json.loads(line) for line in (out / c.SAMPLES_FILE).read_text().splitlines()]
+    assert len(samples) == 12 and all(s["k"] == 4 and len(s["scores"]) == 4 for s in samples)
+    assert all(0 < t <= 48 for s in samples for t in s["response_tokens"])  # real generations, capped by the recipe
+    difficulty = pd.read_parquet(out / "difficulty.parquet")
+    assert len(difficulty) == 12 and set(difficulty["k"]) == {4}
+    assert difficulty["avg@k"].tolist() == [s["correct"] / 4 for s in sorted(samples, key=lambda s: list(difficulty["problem_id"]).index(s["id"]))]
+    assert difficulty["avg@k"].nunique() > 1  # the parity reward varies: the samples are real
+    summary = json.loads((out / "summary.json").read_text())
+    for name in c.SPLITS:
+        assert len(pd.read_parquet(out / "splits" / f"{name}.parquet")) == summary["splits"][name]
+    for name in c.MIXTURES:
+        assert (out / "mixtures" / f"{name}.parquet").is_file()
+    assert (out / "difficulty.png").stat().st_size > 1000 and "# Difficulty curation" in (out / "report.md").read_text()
+
+    # everything is cached: the rerun samples nothing (no Ray start) and re-cuts the sets with new bands
+    proc = _curate(*args, "--easy", "0,1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "12 cached, 0 to sample" in proc.stderr
+    easy = pd.read_parquet(out / "sets" / "easy" / "train.parquet"), pd.read_parquet(out / "sets" / "easy" / "val.parquet")
+    assert (len(easy[0]), len(easy[1])) == (10, 2)

@@ -1,0 +1,518 @@
+"""Difficulty curation: per-problem avg@k of the base model, then the playbook's Easy / Hard / mixed sets.
+
+The IsoCompute playbook (arXiv 2603.12151, section 3) measures the difficulty of a problem as the base
+model's avg@16: the share of 16 samples at temperature 0.6 that the answer verifier accepts. Sets are
+cut from that number (closed intervals, all configurable here):
+
+- Easy: avg@k in [0.3, 0.6] (with k = 16: 5..9 correct);
+- Hard: avg@k in [0, 1/16] (0 or 1 correct of 16);
+- Extremely hard: pass@k = 0, no sample correct (the paper uses pass@128; pass ``--k 128`` for that;
+  with the same k as Hard, it is the part of Hard with 0 correct);
+- Very easy: avg@k in [0.6, 0.9].
+
+and three training mixtures of a target size (the paper: 5,000), which use the Hard recipe:
+Hard-only (100% hard), Dual (50% hard + 50% easy) and Tri (50% hard + 25% easy + 25% very easy).
+A mixture draws without replacement and never takes a problem twice (pools that overlap at a
+boundary give it to the first component); if a pool is too small for the target, the whole mixture
+shrinks so the proportions still hold, and the report names the limiting pool. Each set is then split
+into train and validation problems (disjoint; the paper holds out 300, fewer for small sets: at most
+``max_val_fraction`` of the set).
+
+This module is the part without verl: loading problems, screening them, the per-problem sample cache,
+the difficulty table, splits, mixtures, the histogram (the paper's Figure 2) and the report. Sampling
+with verl's rollout servers is :mod:`verl_isocompute.data.rollouts`; the command is ``isocompute curate``.
+
+A problem's id is a hash of its prompt and ground truth, so the cache (``samples.jsonl``, one line per
+sampled problem, appended as problems finish) survives reordering and lets an interrupted curation
+resume where it stopped. Problems without a ground truth, with a reference answer the math verifier
+cannot parse, with a prompt that is not chat messages, or duplicated are counted, skipped and reported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+DEFAULT_K = 16
+DEFAULT_TEMPERATURE = 0.6
+DEFAULT_VAL_SIZE = 300
+DEFAULT_MAX_VAL_FRACTION = 0.2
+DEFAULT_MIXTURE_SIZE = 5000
+SPLITS = ("easy", "hard", "extremely_hard", "very_easy")
+# component, share; the order is the priority when pools overlap
+MIXTURES: dict[str, tuple[tuple[str, float], ...]] = {
+    "hard_only": (("hard", 1.0),),
+    "dual": (("hard", 0.5), ("easy", 0.5)),
+    "tri": (("hard", 0.5), ("easy", 0.25), ("very_easy", 0.25)),
+}
+SETS = SPLITS + tuple(MIXTURES)
+SAMPLES_FILE = "samples.jsonl"
+SETTINGS_FILE = "curation.json"
+_EPS = 1e-9  # c / k is compared with closed interval ends written as decimals (0.3 = 3/10)
+
+
+class CurateError(ValueError):
+    """Input or settings a curation cannot use; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Difficulty bands on avg@k (closed intervals) and the pass@k bound of the extremely hard split."""
+
+    easy: tuple[float, float] = (0.3, 0.6)
+    hard: tuple[float, float] = (0.0, 1.0 / 16)
+    very_easy: tuple[float, float] = (0.6, 0.9)
+    extremely_hard_max_pass: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("easy", "hard", "very_easy"):
+            lo, hi = getattr(self, name)
+            if not 0.0 <= lo <= hi <= 1.0:
+                raise CurateError(f"--{name.replace('_', '-')} {lo},{hi}: need 0 <= low <= high <= 1")
+        if not 0.0 <= self.extremely_hard_max_pass < 1.0:
+            raise CurateError("the extremely hard pass@k bound must be in [0, 1)")
+
+
+# --- problems ---------------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """Parquet rows come back as numpy arrays and dicts; make them JSON-able for hashing and the cache."""
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def messages_of(prompt: Any) -> list[dict[str, str]] | None:
+    """The chat messages of a verl prompt (a list of {role, content}), or None if it is not one."""
+    prompt = _plain(prompt)
+    if not isinstance(prompt, list) or not prompt:
+        return None
+    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt):
+        return None
+    return [{"role": m["role"], "content": m["content"]} for m in prompt]
+
+
+def ground_truth_of(reward_model: Any) -> str | None:
+    """``reward_model.ground_truth`` as a string, or None when missing or empty."""
+    reward_model = _plain(reward_model)
+    if not isinstance(reward_model, dict):
+        return None
+    truth = reward_model.get("ground_truth")
+    if truth is None or (isinstance(truth, float) and math.isnan(truth)):
+        return None
+    truth = str(truth).strip() if not isinstance(truth, list) else json.dumps(truth)
+    return truth or None
+
+
+def problem_id(messages: list[dict[str, str]], ground_truth: str) -> str:
+    """Stable id: sha256 of the prompt messages and the ground truth (16 hex digits)."""
+    blob = json.dumps({"prompt": messages, "ground_truth": ground_truth}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def load_parquet(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """Rows of verl RL-dataset parquet files (prompt, reward_model, data_source, ...), concatenated."""
+    frames = []
+    for path in paths:
+        path = Path(path)
+        if not path.is_file():
+            raise CurateError(f"{path} does not exist; pass parquet files in verl's format (--data FILE ...)")
+        try:
+            frames.append(pd.read_parquet(path))
+        except Exception as exc:  # pyarrow raises several types for a file that is not parquet
+            raise CurateError(f"{path} is not a readable parquet file: {exc}") from None
+    if not frames:
+        raise CurateError("no data: pass --data FILE.parquet ... or --generate TASK")
+    df = pd.concat(frames, ignore_index=True)
+    for column in ("prompt", "reward_model"):
+        if column not in df.columns:
+            raise CurateError(
+                f"the data has no {column!r} column (columns: {list(df.columns)}); verl's format needs prompt "
+                "(chat messages) and reward_model.ground_truth"
+            )
+    return df
+
+
+def generate(task: str, size: int, seed: int = 0, **kwargs: Any) -> pd.DataFrame:
+    """A seeded, offline problem set from a reasoning-gym generator, as verl rows."""
+    from verl_isocompute.data.arithmetic import to_verl_row
+
+    try:
+        import reasoning_gym
+    except ImportError:
+        raise CurateError("--generate needs reasoning-gym: pip install reasoning-gym==0.1.25") from None
+    if size < 1:
+        raise CurateError(f"--size must be at least 1, got {size}")
+    try:
+        dataset = reasoning_gym.create_dataset(task, size=size, seed=seed, **kwargs)
+    except Exception as exc:  # unknown task names and bad generator options
+        raise CurateError(f"reasoning-gym task {task!r} with {kwargs}: {exc}") from None
+    rows = [
+        to_verl_row(item["question"], str(item["answer"]), "curate", i, data_source=f"reasoning_gym/{task}")
+        for i, item in enumerate(dataset)
+    ]
+    return pd.DataFrame(rows)
+
+
+def answer_checks_out(ground_truth: str) -> bool:
+    """Does the reference answer, written as a final ``\\boxed{}`` answer, score 1 with our math reward?
+
+    If it does not, math-verify cannot parse it, and no response could ever be scored correct.
+    """
+    from verl_isocompute.reward import compute_score
+
+    return bool(compute_score("curate", f"\\boxed{{{ground_truth}}}", ground_truth)["acc"])
+
+
+def screen(df: pd.DataFrame, check_answers: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Split rows into usable problems (with a ``problem_id`` column) and skipped ones (with a reason)."""
+    ids, keep, skipped = [], [], []
+    seen: dict[str, int] = {}
+    for i, row in enumerate(df.itertuples(index=False)):
+        row = row._asdict()
+        messages = messages_of(row.get("prompt"))
+        truth = ground_truth_of(row.get("reward_model"))
+        reason, detail = None, ""
+        if messages is None:
+            reason = "prompt is not a list of chat messages"
+        elif truth is None:
+            reason = "no ground truth"
+        elif check_answers and not answer_checks_out(truth):
+            reason, detail = "unparsable ground truth", truth[:80]
+        else:
+            pid = problem_id(messages, truth)
+            if pid in seen:
+                reason, detail = "duplicate", f"same prompt and answer as row {seen[pid]}"
+            else:
+                seen[pid] = i
+                ids.append(pid)
+                keep.append(i)
+        if reason is not None:
+            skipped.append({"row": i, "reason": reason, "detail": detail})
+    problems = df.iloc[keep].reset_index(drop=True)
+    problems.insert(0, "problem_id", ids)
+    return problems, pd.DataFrame(skipped, columns=["row", "reason", "detail"])
+
+
+# --- the per-problem cache --------------------------------------------------------------------------
+
+
+class SampleCache:
+    """``samples.jsonl`` (one record per sampled problem) and ``curation.json`` (the settings it holds).
+
+    Records are appended as problems finish; a line cut by an interruption is ignored on reading.
+    """
+
+    def __init__(self, out_dir: Path, settings: dict[str, Any], restart: bool = False) -> None:
+        self.path = out_dir / SAMPLES_FILE
+        self.settings_path = out_dir / SETTINGS_FILE
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if restart:
+            self.path.unlink(missing_ok=True)
+        if self.settings_path.is_file() and self.path.is_file():
+            old = json.loads(self.settings_path.read_text())
+            changed = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
+            if changed:
+                what = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+                raise CurateError(
+                    f"{out_dir} holds samples taken with other settings ({what}); use another --out, "
+                    "or --restart to discard them"
+                )
+        _write_text_atomic(self.settings_path, json.dumps(settings, indent=2) + "\n")
+        self._file = None
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        records: dict[str, dict[str, Any]] = {}
+        if self.path.is_file():
+            for line in self.path.read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                records[record["id"]] = record
+        return records
+
+    def append(self, record: dict[str, Any]) -> None:
+        if self._file is None:
+            self._file = open(self.path, "a")
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()  # a killed curation loses at most the problems still in flight
+
+    def close(self) -> None:
+        if self._file is not None:
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None
+
+
+# --- difficulty, splits, mixtures -------------------------------------------------------------------
+
+
+def difficulty_table(problems: pd.DataFrame, records: dict[str, dict[str, Any]], k: int) -> pd.DataFrame:
+    """One row per sampled problem: k, correct, avg@k, pass@k, mean response tokens, truncated share."""
+    from verl_isocompute.metrics import best_at_k
+
+    rows = []
+    for pid, source in zip(problems["problem_id"], problems.get("data_source", pd.Series([None] * len(problems)))):
+        record = records.get(pid)
+        if record is None:
+            continue
+        tokens = record.get("response_tokens") or [0]
+        rows.append({
+            "problem_id": pid, "data_source": source, "k": record["k"], "correct": record["correct"],
+            "mean_response_tokens": float(np.mean(tokens)), "truncated": record.get("truncated", 0) / record["k"],
+        })
+    table = pd.DataFrame(rows, columns=["problem_id", "data_source", "k", "correct", "mean_response_tokens", "truncated"])
+    table.insert(4, "avg@k", table["correct"] / table["k"])
+    table.insert(5, "pass@k", best_at_k(table["k"], table["correct"], k) if len(table) else [])
+    return table
+
+
+def _in(values: pd.Series, band: tuple[float, float]) -> pd.Series:
+    return (values >= band[0] - _EPS) & (values <= band[1] + _EPS)
+
+
+def assign_splits(difficulty: pd.DataFrame, thresholds: Thresholds = Thresholds()) -> dict[str, list[str]]:
+    """Problem ids of each split (they may overlap: extremely hard lies inside hard, see the module doc)."""
+    avg, passed = difficulty["avg@k"], difficulty["pass@k"]
+    masks = {
+        "easy": _in(avg, thresholds.easy),
+        "hard": _in(avg, thresholds.hard),
+        "extremely_hard": passed <= thresholds.extremely_hard_max_pass + _EPS,
+        "very_easy": _in(avg, thresholds.very_easy),
+    }
+    return {name: difficulty.loc[mask, "problem_id"].tolist() for name, mask in masks.items()}
+
+
+@dataclass
+class Mixture:
+    ids: list[str]
+    counts: dict[str, int]
+    note: str
+
+
+def build_mixtures(splits: dict[str, list[str]], size: int = DEFAULT_MIXTURE_SIZE, seed: int = 0) -> dict[str, Mixture]:
+    """The paper's mixtures, each of ``size`` problems or the largest size the pools allow."""
+    if size < 1:
+        raise CurateError(f"--mixture-size must be at least 1, got {size}")
+    out = {}
+    for name, parts in MIXTURES.items():
+        # make the pools disjoint in priority order, so no problem is drawn twice
+        taken: set[str] = set()
+        pools = {}
+        for component, _ in parts:
+            pools[component] = [p for p in splits[component] if p not in taken]
+            taken.update(pools[component])
+        limits = {c: math.floor(len(pools[c]) / share + _EPS) for c, share in parts}
+        actual = min([size, *limits.values()])
+        counts = {c: int(round(actual * share)) for c, share in parts}
+        counts[parts[0][0]] = actual - sum(v for c, v in counts.items() if c != parts[0][0])
+        rng = np.random.default_rng(seed)
+        ids: list[str] = []
+        for component, _ in parts:
+            ids += rng.permutation(pools[component])[: counts[component]].tolist()
+        ids = rng.permutation(ids).tolist() if ids else []
+        if actual < size:
+            limiting = min(limits, key=limits.get)
+            note = (f"{actual} of the {size} asked: only {len(pools[limiting])} {limiting} problems "
+                    f"for a {dict(parts)[limiting]:.0%} share")
+        else:
+            note = f"{actual} problems"
+        out[name] = Mixture(ids, counts, note)
+    return out
+
+
+def train_val_split(ids: list[str], val_size: int = DEFAULT_VAL_SIZE, max_val_fraction: float = DEFAULT_MAX_VAL_FRACTION,
+                    seed: int = 0) -> tuple[list[str], list[str]]:
+    """Disjoint (train, val) ids: ``val_size`` held out, at most ``max_val_fraction`` of the set, at least one.
+
+    A set of fewer than two problems cannot be split: both lists come back empty.
+    """
+    if len(ids) < 2:
+        return [], []
+    n_val = max(1, min(val_size, int(math.floor(len(ids) * max_val_fraction))))
+    order = np.random.default_rng(seed).permutation(len(ids))
+    shuffled = [ids[i] for i in order]
+    return shuffled[n_val:], shuffled[:n_val]
+
+
+# --- outputs ----------------------------------------------------------------------------------------
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _write_parquet_atomic(frame: pd.DataFrame, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    frame.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+    return path
+
+
+def annotated_rows(problems: pd.DataFrame, difficulty: pd.DataFrame) -> pd.DataFrame:
+    """The original verl rows of the sampled problems, their difficulty added to ``extra_info``."""
+    table = difficulty.set_index("problem_id")
+    rows = problems[problems["problem_id"].isin(table.index)].copy()
+    extras = []
+    for pid, extra in zip(rows["problem_id"], rows["extra_info"] if "extra_info" in rows else [None] * len(rows)):
+        extra = dict(_plain(extra)) if isinstance(_plain(extra), dict) else {}
+        extra.update({
+            "difficulty_id": pid, "difficulty_k": int(table.at[pid, "k"]),
+            "difficulty_avg_at_k": float(table.at[pid, "avg@k"]), "difficulty_pass_at_k": float(table.at[pid, "pass@k"]),
+        })
+        extras.append(extra)
+    rows["extra_info"] = extras
+    return rows.set_index("problem_id", drop=True)
+
+
+def plot_difficulty(difficulty: pd.DataFrame, thresholds: Thresholds, k: int, path: Path, title: str = "") -> Path:
+    """Histogram of the base model's avg@k over problems, with the difficulty bands shaded (Figure 2)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    # one bar per possible value c/k; the bands are shaded exactly (closed intervals)
+    counts = difficulty["avg@k"].round(9).value_counts().sort_index()
+    ax.bar(counts.index, counts.values, width=0.7 / k, color="#4c72b0", zorder=2)
+    for name, band, color in (("hard", thresholds.hard, "#c44e52"), ("easy", thresholds.easy, "#55a868"),
+                              ("very easy", thresholds.very_easy, "#8172b2")):
+        ax.axvspan(band[0], band[1], color=color, alpha=0.15, label=f"{name} [{band[0]:g}, {band[1]:g}]", zorder=1)
+    ax.set_xlabel(f"avg@{k} of the base model (share of {k} samples correct)")
+    ax.set_ylabel("problems")
+    ax.set_xlim(-0.5 / k, 1 + 0.5 / k)
+    ax.set_title(title or f"Difficulty of {len(difficulty)} problems")
+    ax.legend(loc="upper center", fontsize=8)
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def write_outputs(
+    out_dir: Path,
+    problems: pd.DataFrame,
+    difficulty: pd.DataFrame,
+    skipped: pd.DataFrame,
+    settings: dict[str, Any],
+    thresholds: Thresholds = Thresholds(),
+    mixture_size: int = DEFAULT_MIXTURE_SIZE,
+    sets: Iterable[str] = SETS,
+    val_size: int = DEFAULT_VAL_SIZE,
+    max_val_fraction: float = DEFAULT_MAX_VAL_FRACTION,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Write difficulty.parquet, splits/, mixtures/, sets/<set>/{train,val}.parquet, difficulty.png, report.md.
+
+    Returns a summary (sizes per split, mixture and train/val set) that the report also shows.
+    """
+    out_dir = Path(out_dir)
+    k = int(settings["k"])
+    rows = annotated_rows(problems, difficulty)
+    _write_parquet_atomic(difficulty, out_dir / "difficulty.parquet")
+    splits = assign_splits(difficulty, thresholds)
+    mixtures = build_mixtures(splits, mixture_size, seed)
+    members = {**splits, **{name: m.ids for name, m in mixtures.items()}}
+    for name, ids in splits.items():
+        _write_parquet_atomic(rows.loc[ids].reset_index(drop=True), out_dir / "splits" / f"{name}.parquet")
+    for name, mixture in mixtures.items():
+        _write_parquet_atomic(rows.loc[mixture.ids].reset_index(drop=True), out_dir / "mixtures" / f"{name}.parquet")
+    train_val: dict[str, tuple[int, int] | None] = {}
+    for name in sets:
+        train, val = train_val_split(members[name], val_size, max_val_fraction, seed)
+        if not train:
+            train_val[name] = None
+            continue
+        _write_parquet_atomic(rows.loc[train].reset_index(drop=True), out_dir / "sets" / name / "train.parquet")
+        _write_parquet_atomic(rows.loc[val].reset_index(drop=True), out_dir / "sets" / name / "val.parquet")
+        train_val[name] = (len(train), len(val))
+    plot_difficulty(difficulty, thresholds, k, out_dir / "difficulty.png")
+    _write_parquet_atomic(skipped, out_dir / "skipped.parquet")
+    summary = {
+        "problems": int(len(problems) + len(skipped)), "sampled": int(len(difficulty)), "skipped": int(len(skipped)),
+        "skipped_by_reason": skipped["reason"].value_counts().to_dict() if len(skipped) else {},
+        "splits": {name: len(ids) for name, ids in splits.items()},
+        "mixtures": {name: {"size": len(m.ids), "counts": m.counts, "note": m.note} for name, m in mixtures.items()},
+        "train_val": {name: (None if tv is None else {"train": tv[0], "val": tv[1]}) for name, tv in train_val.items()},
+        "mean_avg_at_k": float(difficulty["avg@k"].mean()) if len(difficulty) else None,
+        "thresholds": asdict(thresholds),
+    }
+    _write_text_atomic(out_dir / "report.md", render_report(summary, settings, skipped))
+    _write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def render_report(summary: dict[str, Any], settings: dict[str, Any], skipped: pd.DataFrame) -> str:
+    k = settings["k"]
+    t = summary["thresholds"]
+    lines = [
+        "# Difficulty curation",
+        "",
+        f"Base model `{settings.get('model')}`, {k} samples per problem at temperature {settings.get('temperature')} "
+        f"(top_p {settings.get('top_p')}, at most {settings.get('max_response_length')} response tokens), "
+        f"rollout `{settings.get('rollout')}`, reward `{settings.get('reward')}`. "
+        "Thresholds of the IsoCompute playbook (arXiv 2603.12151, section 3) unless changed.",
+        "",
+        f"Problems: {summary['problems']}; sampled: {summary['sampled']}; skipped: {summary['skipped']}. "
+        f"Mean avg@{k}: {summary['mean_avg_at_k'] if summary['mean_avg_at_k'] is None else round(summary['mean_avg_at_k'], 4)}.",
+        "",
+        "## Splits",
+        "",
+        "| split | rule | problems |",
+        "|---|---|---|",
+        f"| easy | avg@{k} in [{t['easy'][0]:g}, {t['easy'][1]:g}] | {summary['splits']['easy']} |",
+        f"| hard | avg@{k} in [{t['hard'][0]:g}, {t['hard'][1]:g}] | {summary['splits']['hard']} |",
+        f"| extremely_hard | pass@{k} <= {t['extremely_hard_max_pass']:g} | {summary['splits']['extremely_hard']} |",
+        f"| very_easy | avg@{k} in [{t['very_easy'][0]:g}, {t['very_easy'][1]:g}] | {summary['splits']['very_easy']} |",
+        "",
+        "## Mixtures (train with the Hard recipe)",
+        "",
+        "| mixture | composition | problems | note |",
+        "|---|---|---|---|",
+    ]
+    for name, m in summary["mixtures"].items():
+        comp = " + ".join(f"{v} {c}" for c, v in m["counts"].items())
+        lines.append(f"| {name} | {comp} | {m['size']} | {m['note']} |")
+    lines += ["", "## Train / validation", "", "| set | train | val |", "|---|---|---|"]
+    for name, tv in summary["train_val"].items():
+        if tv is None:
+            lines.append(f"| {name} | not written: fewer than 2 problems | - |")
+        else:
+            lines.append(f"| {name} | {tv['train']} | {tv['val']} |")
+    lines += ["", "## Skipped problems", ""]
+    if not len(skipped):
+        lines.append("None.")
+    else:
+        lines += ["| reason | count | example rows |", "|---|---|---|"]
+        for reason, group in skipped.groupby("reason"):
+            examples = ", ".join(f"{r}" + (f" ({d})" if d else "") for r, d in zip(group["row"][:3], group["detail"][:3]))
+            lines.append(f"| {reason} | {len(group)} | {examples} |")
+    lines += ["", "Files: difficulty.parquet, splits/*.parquet, mixtures/*.parquet, sets/<set>/{train,val}.parquet, "
+              "difficulty.png, skipped.parquet, samples.jsonl (the per-problem cache), curation.json (its settings).", ""]
+    return "\n".join(lines)

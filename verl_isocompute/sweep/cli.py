@@ -1,0 +1,119 @@
+"""Run a pilot sweep from a plan: a B_problem x n grid under B_max, every cell a real verl run, then the fit.
+
+The plan (YAML, schema in docs/WORKFLOW.md) names the recipe, overrides, data, the budget per cell in
+rollouts and the grid. Each cell runs floor(budget / (B_problem * n)) steps and writes its run log to
+<sweep dir>/cells/<cell id>/. Cells run one after another on this machine, or as Ray jobs on an existing
+cluster (--ray-address, several at a time). The state is kept in <sweep dir>/sweep_state.json: rerun the
+same command to resume (finished cells are skipped, unfinished ones restarted cleanly). When every cell
+has run, the frontier and n*(C) are fitted into <sweep dir>/fit (curve.json when n*(C) could be fitted).
+
+Exit status: 0 every cell finished; 1 some cell failed (the others ran; rerun to retry); 2 bad plan or
+input (nothing ran); 128+signal when stopped by SIGTERM/SIGINT (rerun to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+PROG = "isocompute sweep"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--plan", required=True, type=Path, metavar="PLAN.yaml", help="the sweep plan")
+    parser.add_argument("--dry-run", action="store_true", help="print the cells, steps and total rollouts; run nothing")
+    parser.add_argument("--ray-address", default=None, metavar="URL",
+                        help="submit cells as Ray jobs to this cluster's dashboard (e.g. http://127.0.0.1:8265); "
+                             "default: the plan's ray.address, else run locally")
+    parser.add_argument("--max-concurrent", type=int, default=None,
+                        help="Ray jobs running at once (default: the plan's ray.max_concurrent, 2)")
+    parser.add_argument("--sweep-dir", type=Path, default=None, help="override the plan's sweep_dir")
+    parser.add_argument("--no-fit", action="store_true", help="do not fit at the end")
+    parser.add_argument("--restart", action="store_true", help="discard the sweep's cells, state and fit, and start over")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
+
+
+def _error(message: str) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from verl_isocompute.sweep.plan import PlanError, describe, load_plan
+
+    try:
+        plan = load_plan(args.plan)
+        if args.sweep_dir is not None:
+            plan = replace(plan, sweep_dir=str(args.sweep_dir.absolute()))
+        if args.max_concurrent is not None:
+            if args.max_concurrent < 1:
+                raise PlanError(f"--max-concurrent must be at least 1, got {args.max_concurrent}")
+            plan = replace(plan, ray={**plan.ray, "max_concurrent": args.max_concurrent})
+    except PlanError as exc:
+        return _error(str(exc))
+    print(describe(plan))
+    if args.dry_run:
+        return 0
+    return _run_sweep(plan, args)
+
+
+def _run_sweep(plan, args: argparse.Namespace) -> int:
+    import signal
+
+    from verl_isocompute.compose import compose_recipe
+    from verl_isocompute.main import RecipeError
+    from verl_isocompute.sweep import runner
+    from verl_isocompute.sweep.plan import PlanError, cell_overrides
+
+    sweep_dir = Path(plan.sweep_dir)
+    address = args.ray_address or plan.ray.get("address")
+    try:
+        if args.restart:
+            runner.clear_sweep(sweep_dir)
+        # Compose the first cell's config once: a typo in the plan's overrides fails here, not in every cell.
+        first = plan.runnable()[0]
+        cfg = compose_recipe(plan.recipe, cell_overrides(plan, first, sweep_dir / runner.CELLS_DIR / first.id))
+        env_vars = dict(plan.ray.get("env_vars") or {})
+        if cfg.get("isocompute", {}).get("platform") == "cpu":
+            # main sets this in the job's driver; a cluster's workers only see the job's runtime_env
+            env_vars.setdefault("VERL_PLATFORM", "cpu")
+        if address:
+            executor = runner.RayJobExecutor(address, plan.ray["max_concurrent"], plan.ray.get("python", "python"), env_vars)
+            print(f"[sweep] submitting to the Ray cluster at {executor.address}, {executor.max_concurrent} at a time", file=sys.stderr)
+        else:
+            executor = runner.LocalExecutor()
+        sweep = runner.Sweep(plan, executor, progress=not args.no_progress)
+    except (PlanError, RecipeError, runner.SweepError) as exc:
+        return _error(str(exc))
+
+    try:
+        summary = sweep.run()
+    except runner.Interrupted as exc:
+        print(f"{PROG}: stopped by {exc}; state saved in {sweep.state.path}: rerun the same command to resume", file=sys.stderr)
+        return 128 + exc.signum
+    except runner.SweepError as exc:
+        return _error(str(exc))
+
+    counts = summary["counts"]
+    print(f"[sweep] cells: {counts.get(runner.FINISHED, 0)} done, {counts.get(runner.FAILED, 0)} failed, "
+          f"{counts.get(runner.SKIPPED, 0)} skipped", file=sys.stderr)
+    for cell_id, reason in summary["skipped"].items():
+        print(f"[sweep] skipped {cell_id}: {reason}", file=sys.stderr)
+    for cell_id, reason in summary["failed"].items():
+        print(f"[sweep] FAILED {cell_id}: {reason}", file=sys.stderr)
+
+    if not args.no_fit:
+        # the fit is quick; a signal here ends the command the usual way
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        fit = sweep.fit()
+        if fit["status"] == "fitted":
+            p = fit["params"]
+            print(f"[sweep] fit: n*(C) sigmoid L={p['L']:.3f} k={p['k']:.3f} log10_C0={p['log10_C0']:.3f} b={p['b']:.3f}; "
+                  f"wrote {sweep_dir / runner.FIT_DIR}")
+        else:
+            print(f"[sweep] fit {fit['status']}: {fit.get('reason')}"
+                  + (f"; frontier and report in {sweep_dir / runner.FIT_DIR}" if fit["status"] == "no_curve" else ""))
+    return 1 if summary["failed"] else 0
