@@ -7,35 +7,27 @@ loop and validation all run for real. About a minute on 2 cores.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from verl_runs import PARITY_REWARD, run_recipe
 
 pytestmark = pytest.mark.e2e
-FIXTURES = Path(__file__).parent / "fixtures"
 STEPS = 3
 
 
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory, isocompute_cache, tiny_model_path):
-    run_dir = tmp_path_factory.mktemp("e2e") / "run"
-    cmd = [
-        sys.executable, "-m", "verl_isocompute.main", "--config-name", "cpu_demo",
-        "isocompute.model=tiny", f"isocompute.run_dir={run_dir}",
-        f"reward.custom_reward_function.path={FIXTURES / 'parity_reward.py'}",
+    run = run_recipe(
+        "cpu_demo", tmp_path_factory.mktemp("e2e") / "run",
+        "isocompute.model=tiny", PARITY_REWARD,
         "actor_rollout_ref.rollout.n=4", f"trainer.total_training_steps={STEPS}", f"trainer.test_freq={STEPS}",
         # fp32 everywhere, so the rollout/trainer gap measures the implementation, not bf16 rounding
         "actor_rollout_ref.actor.fsdp_config.dtype=float32", "actor_rollout_ref.ref.fsdp_config.dtype=float32",
         "actor_rollout_ref.rollout.dtype=float32",
-        # a large step: without a weight sync the rollout would fall far behind the trainer
-        "actor_rollout_ref.actor.optim.lr=1e-2",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = [json.loads(line) for line in (run_dir / "verl_metrics.jsonl").read_text().splitlines()]
-    return run_dir, rows
+        # a large step (lr = 0.05 * sqrt(32 / 1024) ~ 9e-3): without a weight sync the rollout would fall far behind
+        "isocompute.lr.base_lr=0.05",
+    )
+    return run.run_dir, run.verl_rows
 
 
 def _train_rows(rows):

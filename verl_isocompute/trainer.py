@@ -246,7 +246,7 @@ class IsoComputeTrainer(PPOTrainerSync):
             output["response_mask"] = response_to_nested(new_response_mask, response_mask)
         if not bool(keep.all()):
             # the token normaliser is the loss mask: dropped samples must leave it too
-            loss_mask = loss_mask_nested.to_padded_tensor() * keep[:, None].to(new_response_mask.dtype)
+            loss_mask = loss_mask_nested.to_padded_tensor(0) * keep[:, None].to(new_response_mask.dtype)
             output["loss_mask"] = response_to_nested(loss_mask, response_mask)
         if rollout_correction and "rollout_is_weights" in data.batch:
             output["rollout_is_weights"] = response_to_nested(data.batch["rollout_is_weights"], response_mask)
@@ -286,9 +286,10 @@ class IsoComputeTrainer(PPOTrainerSync):
     # -- the run log ---------------------------------------------------------------------------------
     def on_train_begin(self) -> None:
         super().on_train_begin()
-        if self._val_info and self.global_steps == 1:  # validation before training ran
+        # Validation before training is logged as step 0 of a fresh run; a resumed run already has it.
+        if self._val_info and self.global_steps == 1:
             self.run_log.append(self._row(step=0, metrics={}))
-            self._val_info = {}
+        self._val_info = {}
 
     def _row(self, step: int, metrics: dict) -> dict:
         row = {
@@ -303,13 +304,29 @@ class IsoComputeTrainer(PPOTrainerSync):
             row["lr"] = metrics.get("actor/lr")
             row["train/reward"] = metrics.get("critic/score/mean")
             for key in ("isocompute/train_acc", "isocompute/zero_var_group_frac", "isocompute/reg_active_frac",
-                        "isocompute/trained_frac", "training/rollout_probs_diff_max", "response_length/mean"):
+                        "isocompute/trained_frac", "isocompute/trained_per_group_min", "isocompute/trained_per_group_max",
+                        "training/rollout_probs_diff_max", "response_length/mean"):
                 if key in metrics:
                     row[key] = metrics[key]
         row.update(self._val_info)
         return row
 
+    def _trained_per_group(self, batch) -> tuple[int, int]:
+        """(min, max) over groups of sequences that carry loss tokens, read back from the TransferQueue
+        fields the actor workers train on (so it checks what reached them, not what we meant to send)."""
+        import transfer_queue as tq
+
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "loss_mask"])
+        uids = data.pop("uid").tolist()
+        trained = (data["loss_mask"].to_padded_tensor(0).sum(dim=-1) > 0).tolist()
+        per_group: dict[str, int] = {}
+        for uid, t, tag in zip(uids, trained, batch.tags, strict=True):
+            if not tag.get("is_padding", False):
+                per_group[uid] = per_group.get(uid, 0) + int(t)
+        return min(per_group.values()), max(per_group.values())
+
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        metrics["isocompute/trained_per_group_min"], metrics["isocompute/trained_per_group_max"] = self._trained_per_group(batch)
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
         self.compute.add(self._step_info.get("rollouts", 0), self._step_info.get("tokens", 0))
         metrics["isocompute/rollouts"] = self.compute.rollouts

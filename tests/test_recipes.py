@@ -1,0 +1,64 @@
+"""Every recipe composes with hydra on top of the installed verl, and says what the playbook prescribes."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from verl_isocompute.allocation import DEFAULT_ALLOCATION_CONFIG
+
+RECIPES = ["isocompute_easy", "isocompute_hard", "isocompute_mixed", "cpu_demo"]
+
+
+def compose_recipe(name: str, overrides: list[str] | None = None):
+    with initialize_config_module(config_module="verl_isocompute.recipes", version_base=None):
+        return compose(config_name=name, overrides=overrides or [])
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_recipe_composes_and_is_the_healthy_recipe(name):
+    cfg = compose_recipe(name)
+    OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+    actor, rollout = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    assert cfg.isocompute.recipe == name
+    assert cfg.trainer.v1.trainer_mode == "isocompute" and cfg.algorithm.adv_estimator == "isocompute_grpo"
+    assert actor.ppo_mini_batch_size == cfg.data.train_batch_size and actor.ppo_epochs == 1  # on-policy
+    assert rollout.temperature == 0.6 and rollout.top_p == 1.0
+    assert rollout.val_kwargs.temperature == 0.6 and rollout.val_kwargs.n == 4
+    assert cfg.algorithm.rollout_correction.rollout_is == "token"
+    assert cfg.algorithm.rollout_correction.rollout_is_threshold == 2.0 and rollout.calculate_log_probs
+    assert cfg.isocompute.lr.rule == "sqrt" and cfg.isocompute.lr.b_ref == 1024
+    assert cfg.reward.custom_reward_function.path == "pkg://verl_isocompute.reward"
+
+
+def test_gpu_recipes_keep_the_paper_sizes():
+    for name in ("isocompute_easy", "isocompute_hard", "isocompute_mixed"):
+        cfg = compose_recipe(name)
+        assert cfg.data.max_response_length == 8192
+        assert cfg.isocompute.lr.base_lr == 1e-6 and cfg.isocompute.lr.warmup_steps == 10
+        assert cfg.isocompute.platform == "auto"
+
+
+def test_regularisers_on_for_easy_off_for_hard_and_mixed():
+    easy = compose_recipe("isocompute_easy").actor_rollout_ref.actor
+    assert easy.use_kl_loss and easy.kl_loss_coef == 0.001 and easy.kl_loss_type == "low_var_kl"
+    assert easy.entropy_coeff == 0.001
+    for name in ("isocompute_hard", "isocompute_mixed"):
+        actor = compose_recipe(name).actor_rollout_ref.actor
+        assert not actor.use_kl_loss and actor.entropy_coeff == 0
+
+
+def test_any_recipe_runs_on_cpu_with_the_platform_overlay():
+    cfg = compose_recipe("isocompute_easy", ["+platform=cpu"])
+    assert cfg.isocompute.platform == "cpu" and cfg.actor_rollout_ref.rollout.name == "hf"
+    assert cfg.actor_rollout_ref.actor.use_kl_loss  # the recipe itself is kept
+    assert cfg.ray_kwargs.ray_init.num_gpus == 1
+
+
+def test_allocation_block_matches_the_allocation_defaults():
+    block = OmegaConf.to_container(compose_recipe("isocompute_easy").isocompute.allocation, resolve=True)
+    assert set(block) == set(DEFAULT_ALLOCATION_CONFIG)
+    lr_keys = {"base_lr": 1e-6, "b_ref": 1024, "lr_rule": "sqrt", "warmup_steps": 10}
+    for key, value in block.items():
+        assert value == lr_keys.get(key, DEFAULT_ALLOCATION_CONFIG[key]), key
