@@ -108,3 +108,16 @@ def test_full_mask_matches_verl_and_partial_mask_lowers_both_terms(reg_mask):
         assert torch.allclose(value(metrics["kl_loss"]), value(verl_metrics["kl_loss"]))
     else:
         assert value(metrics["actor/entropy_loss"]) < value(verl_metrics["actor/entropy_loss"])
+
+
+@pytest.mark.parametrize("reg_mask", [None, [1, 0, 1, 0, 1, 0]])
+def test_truncated_importance_weights_reach_the_policy_gradient(reg_mask):
+    """The TIS weights verl's rollout correction writes (rollout_is_weights) scale the PG term in our loss."""
+    cfg = _config()
+    losses = {}
+    for w in (1.0, 2.0):
+        data, output = _batch(reg_mask=reg_mask)
+        data["rollout_is_weights"] = torch.full((B, R), w)
+        _, metrics = isocompute_ppo_loss(cfg, output, data)
+        losses[w] = value(metrics["actor/pg_loss"])
+    assert torch.allclose(losses[2.0], 2 * losses[1.0]) and losses[1.0] != 0
