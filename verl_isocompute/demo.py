@@ -17,13 +17,11 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-DEFAULT_STEPS = 4
-
-
 def add_arguments(parser) -> None:
     parser.add_argument("--model", default="smollm2", choices=["smollm2", "tiny"],
                         help="built-in model: smollm2 (SmolLM2-135M-Instruct, default) or tiny (random 2-layer Qwen2, seconds per step)")
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"training steps (default {DEFAULT_STEPS})")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="training steps (default: the recipe's 4, or what isocompute.allocation.* decides)")
     parser.add_argument("--run-dir", default=None, help="where the run's files go (default ./runs/demo-<time>)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="verl-style overrides of the cpu_demo recipe")
 
@@ -76,7 +74,7 @@ def run(args) -> int:
 
     from verl_isocompute.cpu.models import ModelError, ensure_model
 
-    if args.steps < 1:
+    if args.steps is not None and args.steps < 1:
         print("isocompute demo: error: --steps must be at least 1", file=sys.stderr)
         return 2
     started = time.perf_counter()
@@ -92,7 +90,7 @@ def run(args) -> int:
         sys.executable, "-m", "verl_isocompute.main", "--config-name", "cpu_demo",
         f"isocompute.model={args.model}", f"isocompute.run_dir={run_dir}",
         f"trainer.experiment_name={run_dir.name}",
-        f"trainer.total_training_steps={args.steps}", f"trainer.test_freq={args.steps}",
+        *([f"trainer.total_training_steps={args.steps}"] if args.steps else []),
         *args.overrides,
     ]
     log_path = run_dir / "verl.log"
@@ -101,9 +99,28 @@ def run(args) -> int:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
         bar = tqdm(total=args.steps, desc="training steps", unit="step")
         validated_before = False
+        log_pos = 0
+
+        def echo_our_lines() -> None:
+            """Show our own decisions (allocation, lr) from verl's log as they appear."""
+            nonlocal log_pos
+            with open(log_path) as fh:
+                fh.seek(log_pos)
+                new_text = fh.read()
+                log_pos = fh.tell()
+            for line in new_text.splitlines():
+                if line.startswith("[isocompute]"):
+                    bar.write(line)
+
         try:
             while proc.poll() is None:
                 time.sleep(1.0)
+                echo_our_lines()
+                if bar.total is None:  # the run log's header knows the number of steps the run resolved
+                    header = next((r["header"] for r in _metric_rows(run_dir / "isocompute.jsonl") if "header" in r), None)
+                    if header:
+                        bar.total = header["total_training_steps"]
+                        bar.refresh()
                 rows = _metric_rows(run_dir / "verl_metrics.jsonl")
                 done = sum(1 for r in rows if "timing_s/step" in r["data"])
                 if not validated_before and any(r["step"] == 0 and _val_reward(r["data"]) is not None for r in rows):
@@ -118,6 +135,7 @@ def run(args) -> int:
             proc.wait()
             raise
         finally:
+            echo_our_lines()
             bar.close()
     if proc.returncode != 0:
         tail = log_path.read_text().splitlines()[-25:]

@@ -1,0 +1,36 @@
+"""End to end: the CPU demo with the allocation hook on (a real verl run with the tiny model)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def test_demo_runs_the_allocated_plan(tmp_path, isocompute_cache, tiny_model_path):
+    run_dir = tmp_path / "demo"
+    cmd = [
+        sys.executable, "-m", "verl_isocompute.cli", "demo", "--model", "tiny", "--run-dir", str(run_dir),
+        "isocompute.allocation.enable=true", "isocompute.allocation.curve=paper:qwen2.5-7b-easy",
+        "isocompute.allocation.budget_rollouts=100", "isocompute.allocation.b_problem=4",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    log = (run_dir / "verl.log").read_text()
+    # n*(100 rollouts) on the Easy curve is 2^2.73 ~ 6.6 -> n = 8; 4 problems x 8 = 32 per step; 100 // 32 = 3 steps
+    decision = next(line for line in log.splitlines() if line.startswith("[isocompute] allocation:"))
+    assert "n=8" in decision.replace(" ", "") or "n = 8" in decision, decision
+    header = json.loads((run_dir / "isocompute.jsonl").read_text().splitlines()[0])["header"]
+    assert (header["n"], header["b_problem"], header["total_training_steps"]) == (8, 4, 3)
+    assert header["lr"] == pytest.approx(1e-5 * math.sqrt(32 / 1024))  # cpu_demo's base_lr, the same sqrt rule
+    rows = [json.loads(line) for line in (run_dir / "isocompute.jsonl").read_text().splitlines()[1:]]
+    assert [r["rollouts"] for r in rows if r["step"] > 0] == [32, 64, 96]  # never more than the budget
+    summary = json.loads((run_dir / "demo_summary.json").read_text())
+    assert summary["steps"] == 3 and summary["rollouts"] == 96
+    assert "rollouts: 96" in proc.stdout
+    assert decision in proc.stdout  # the decision is shown to the user, not only written to the log
