@@ -62,3 +62,19 @@ def test_allocation_block_matches_the_allocation_defaults():
     lr_keys = {"base_lr": 1e-6, "b_ref": 1024, "lr_rule": "sqrt", "warmup_steps": 10}
     for key, value in block.items():
         assert value == lr_keys.get(key, DEFAULT_ALLOCATION_CONFIG[key]), key
+
+
+@pytest.mark.parametrize("script", ["qwen2.5-7b-easy.sh", "qwen2.5-7b-hard.sh"])
+def test_gpu_run_examples_compose(script):
+    """The paper-run scripts name only keys that exist: compose exactly the command they would run."""
+    import subprocess
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "run_examples" / script
+    out = subprocess.run(["bash", str(path)], env={"DRY_RUN": "1", "PATH": "/usr/bin:/bin", "HOME": "/home/x"},
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[:4] == ["python", "-m", "verl_isocompute.main", "--config-name"]
+    cfg = compose_recipe(out[4], out[5:])
+    assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.data.train_batch_size == 32
+    assert cfg.actor_rollout_ref.actor.use_kl_loss == (out[4] == "isocompute_easy")
+    assert cfg.actor_rollout_ref.rollout.n == (128 if "easy" in script else 64)
