@@ -114,6 +114,18 @@ def bin_points(
     return np.exp(mean_log_c), mean, total
 
 
+def _best_of_starts(residual, jacobian, starts, lower, upper, max_nfev, margin):
+    """Bounded least squares from several starts (nudged ``margin`` inside the bounds); the lowest-cost
+    converged solution, or None when no start converged."""
+    best = None
+    for x0 in starts:
+        x0 = np.clip(x0, np.add(lower, margin), np.subtract(upper, margin))
+        res = least_squares(residual, x0, jac=jacobian, bounds=(lower, upper), max_nfev=max_nfev)
+        if res.status > 0 and np.all(np.isfinite(res.x)) and (best is None or res.cost < best.cost):
+            best = res
+    return best
+
+
 def fit_saturating(
     compute: np.ndarray,
     reward: np.ndarray,
@@ -185,12 +197,7 @@ def fit_saturating(
 
     if start is not None:
         starts = [pack(start)]
-    best = None
-    for x0 in starts:
-        x0 = np.clip(x0, np.add(lower, 1e-12), np.subtract(upper, 1e-12))
-        res = least_squares(residual, x0, jac=jacobian, bounds=(lower, upper), max_nfev=max_nfev)
-        if res.status > 0 and np.all(np.isfinite(res.x)) and (best is None or res.cost < best.cost):
-            best = res
+    best = _best_of_starts(residual, jacobian, starts, lower, upper, max_nfev, margin=1e-12)
     if best is None:
         if start is not None:
             return fit_saturating(compute, reward, weight, r0=r0, max_nfev=max_nfev)
@@ -253,12 +260,7 @@ def fit_sigmoid(
     else:
         span = max(float(y.max() - y.min()), 0.5)
         starts = [[span, k0, float(np.quantile(x, q)), float(y.min())] for q in (0.25, 0.5, 0.75) for k0 in (2.0, 8.0)]
-    best = None
-    for x0 in starts:
-        x0 = np.clip(x0, np.add(lower, 1e-9), np.subtract(upper, 1e-9))
-        res = least_squares(residual, x0, jac=jacobian, bounds=(lower, upper), max_nfev=max_nfev)
-        if res.status > 0 and np.all(np.isfinite(res.x)) and (best is None or res.cost < best.cost):
-            best = res
+    best = _best_of_starts(residual, jacobian, starts, lower, upper, max_nfev, margin=1e-9)
     if best is None:
         raise FitError(
             f"the n*(C) sigmoid fit did not converge from {len(starts)} starts; no curve was written. "
