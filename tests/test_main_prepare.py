@@ -70,3 +70,34 @@ def test_command_line_error_is_one_clear_line():
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("isocompute: error: actor_rollout_ref.rollout.name=sglang needs a GPU")
     assert "Traceback" not in proc.stderr
+
+
+def test_missing_local_data_file_is_refused_remote_paths_are_left_to_verl(tmp_path):
+    from verl_isocompute.main import prepare_data
+
+    cfg = compose_recipe("isocompute_hard", [f"data.train_files={tmp_path}/nope.parquet", f"data.val_files={tmp_path}/nope.parquet"])
+    with pytest.raises(RecipeError, match="data.train_files: .*nope.parquet does not exist"):
+        prepare_data(cfg)
+    prepare_data(compose_recipe("isocompute_hard", ["data.train_files=hdfs://cluster/train.parquet",
+                                                    "data.val_files=hdfs://cluster/val.parquet"]))
+
+
+def test_explicit_lr_conflicts_with_the_lr_rule():
+    from verl_isocompute.main import prepare_lr
+
+    cfg = compose_recipe("isocompute_hard", ["actor_rollout_ref.actor.optim.lr=3e-6"])
+    with pytest.raises(RecipeError, match=r"optim.lr=3e-06 given on the command line.*isocompute.lr.rule=null"):
+        prepare_lr(cfg, {"actor_rollout_ref.actor.optim.lr"})
+    cfg = compose_recipe("isocompute_hard", ["actor_rollout_ref.actor.optim.lr=3e-6", "isocompute.lr.rule=null"])
+    prepare_lr(cfg, {"actor_rollout_ref.actor.optim.lr"})
+    assert cfg.actor_rollout_ref.actor.optim.lr == 3e-6
+
+
+def test_lr_rule_is_written_into_verls_optimizer_config():
+    from verl_isocompute.main import prepare_lr
+
+    cfg = compose_recipe("isocompute_easy", ["data.train_batch_size=64", "actor_rollout_ref.rollout.n=128"])
+    prepare_lr(cfg, set())
+    optim = cfg.actor_rollout_ref.actor.optim
+    assert optim.lr == pytest.approx(1e-6 * (64 * 128 / 1024) ** 0.5)  # 2.83e-6 at B = 8192, as in the paper
+    assert optim.lr_warmup_steps == 10 and optim.lr_scheduler_type == "constant"

@@ -87,8 +87,9 @@ def prepare_data(cfg: DictConfig) -> None:
     source = _select(cfg, "isocompute.data.source")
     if source in (None, "files"):
         for key in ("data.train_files", "data.val_files"):
-            for f in OmegaConf.to_container(_select(cfg, key), resolve=True) if OmegaConf.is_list(_select(cfg, key)) else [_select(cfg, key)]:
-                if not Path(os.path.expanduser(str(f))).is_file():
+            for f in _files(cfg, key):
+                # remote paths (hdfs://, ...) are verl's to fetch; local ones must exist now, not mid-run
+                if "://" not in f and not Path(os.path.expanduser(f)).is_file():
                     raise RecipeError(f"{key}: {f} does not exist; pass parquet files in verl's format")
         return
     if source != "arithmetic":
@@ -123,12 +124,21 @@ def check_group_size(cfg: DictConfig) -> None:
         )
 
 
+def _files(cfg: DictConfig, key: str) -> list[str]:
+    value = _select(cfg, key)
+    return [str(f) for f in OmegaConf.to_container(value, resolve=True)] if OmegaConf.is_list(value) else [str(value)]
+
+
 def _dataset_size(cfg: DictConfig) -> int:
     import pyarrow.parquet as pq
 
-    files = _select(cfg, "data.train_files")
-    files = OmegaConf.to_container(files) if OmegaConf.is_list(files) else [files]
-    return sum(pq.ParquetFile(os.path.expanduser(str(f))).metadata.num_rows for f in files)
+    try:
+        return sum(pq.ParquetFile(os.path.expanduser(f)).metadata.num_rows for f in _files(cfg, "data.train_files"))
+    except (OSError, ValueError) as exc:
+        raise RecipeError(
+            f"could not count the training problems in data.train_files ({exc}); "
+            "set isocompute.allocation.dataset_size=D"
+        ) from None
 
 
 def prepare_allocation(cfg: DictConfig, explicit_keys: set[str]) -> bool:
