@@ -101,3 +101,10 @@ def test_lr_rule_is_written_into_verls_optimizer_config():
     optim = cfg.actor_rollout_ref.actor.optim
     assert optim.lr == pytest.approx(1e-6 * (64 * 128 / 1024) ** 0.5)  # 2.83e-6 at B = 8192, as in the paper
     assert optim.lr_warmup_steps == 10 and optim.lr_scheduler_type == "constant"
+
+
+def test_verl_platform_cpu_in_the_environment_with_a_gpu_recipe_is_refused(monkeypatch):
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    cfg = compose_recipe("isocompute_hard")  # a GPU recipe: vLLM rollout
+    with pytest.raises(RecipeError, match="rollout.name=vllm needs a GPU.*VERL_PLATFORM=cpu.*rollout.name=hf"):
+        prepare_platform(cfg)
