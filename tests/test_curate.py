@@ -1,7 +1,7 @@
 """Difficulty curation: screening, splits at the paper's thresholds, mixtures, train/val, cache, outputs.
 
-The unit tests need no model (the answer check starts math-verify worker processes). The e2e test samples
-a small generated problem set with the tiny model through verl's rollout machinery (Ray + our hf server).
+No model here (the answer check starts math-verify worker processes); curation with the tiny model through
+verl's rollout machinery (Ray + our hf server) runs end to end in test_sweep_e2e.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import pytest
 from verl_isocompute.data import curate as c
 from verl_isocompute.data.arithmetic import to_verl_row
 
-FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def _rows(answers):
@@ -197,35 +196,3 @@ def test_dataset_without_usable_problems_is_a_clear_error(tmp_path):
     proc = _curate("--data", tmp_path / "bad.parquet", "--out", tmp_path / "out")
     assert proc.returncode == 2, proc.stderr
     assert "no usable problem among 2: {'no ground truth': 2}" in proc.stderr and "Traceback" not in proc.stderr
-
-
-@pytest.mark.e2e
-def test_curate_end_to_end_with_the_tiny_model(tmp_path, tiny_model_path):
-    """12 generated problems x 4 samples through Ray and our hf rollout server; then a cached rerun."""
-    out = tmp_path / "curated"
-    reward = f"reward.custom_reward_function.path={FIXTURES / 'parity_reward.py'}"  # varies for a random model
-    args = ["--generate", "basic_arithmetic", "--size", 12, "--gen-arg", "max_digits=2", "--out", out,
-            "--model", "tiny", "--k", 4, "--mixture-size", 6, reward]
-    proc = _curate(*args)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "0 cached, 12 to sample" in proc.stderr
-    samples = [json.loads(line) for line in (out / c.SAMPLES_FILE).read_text().splitlines()]
-    assert len(samples) == 12 and all(s["k"] == 4 and len(s["scores"]) == 4 for s in samples)
-    assert all(0 < t <= 48 for s in samples for t in s["response_tokens"])  # real generations, capped by the recipe
-    difficulty = pd.read_parquet(out / "difficulty.parquet")
-    assert len(difficulty) == 12 and set(difficulty["k"]) == {4}
-    assert difficulty["avg@k"].tolist() == [s["correct"] / 4 for s in sorted(samples, key=lambda s: list(difficulty["problem_id"]).index(s["id"]))]
-    assert difficulty["avg@k"].nunique() > 1  # the parity reward varies: the samples are real
-    summary = json.loads((out / "summary.json").read_text())
-    for name in c.SPLITS:
-        assert len(pd.read_parquet(out / "splits" / f"{name}.parquet")) == summary["splits"][name]
-    for name in c.MIXTURES:
-        assert (out / "mixtures" / f"{name}.parquet").is_file()
-    assert (out / "difficulty.png").stat().st_size > 1000 and "# Difficulty curation" in (out / "report.md").read_text()
-
-    # everything is cached: the rerun samples nothing (no Ray start) and re-cuts the sets with new bands
-    proc = _curate(*args, "--easy", "0,1")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "12 cached, 0 to sample" in proc.stderr
-    easy = pd.read_parquet(out / "sets" / "easy" / "train.parquet"), pd.read_parquet(out / "sets" / "easy" / "val.parquet")
-    assert (len(easy[0]), len(easy[1])) == (10, 2)

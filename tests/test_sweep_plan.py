@@ -305,12 +305,41 @@ def test_unreachable_ray_address_fails_fast():
         runner.RayJobExecutor("ray://127.0.0.1:10001", 2)
 
 
+def test_ray_job_entrypoints():
+    plan = parse_plan({"recipe": "cpu_demo", "budget_rollouts": 8, "b_problem": [2], "n": [4]})
+    executor = object.__new__(runner.RayJobExecutor)  # no cluster needed to build the command
+    executor.python, executor.mode = "python", "private"
+    command = executor.entrypoint(plan, ["a=1", "b=x y"])
+    assert command == "RAY_ADDRESS=local python -m verl_isocompute.main --config-name cpu_demo a=1 'b=x y'"
+    executor.mode = "join"
+    assert executor.entrypoint(plan, ["a=1"]).endswith(
+        "a=1 ++ray_kwargs.ray_init.num_cpus=null ++ray_kwargs.ray_init.num_gpus=null")
+
+
 def test_state_file_is_replaced_atomically(tmp_path):
     path = tmp_path / "s.json"
     runner.write_json_atomic(path, {"a": 1})
     runner.write_json_atomic(path, {"a": 2})
     assert json.loads(path.read_text()) == {"a": 2}
     assert [p.name for p in tmp_path.iterdir()] == ["s.json"]  # no temp files left behind
+
+
+def test_micro_batch_check_skips_cells_verl_would_reject(tmp_path):
+    from verl_isocompute.sweep.plan import micro_batch_issue
+
+    sizes = {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 8, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": None}
+    assert micro_batch_issue(Cell(2, 4, 64), 1, sizes) is None
+    assert "4 rollouts per step (4 per rank) is not a multiple of actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8" in \
+        micro_batch_issue(Cell(2, 2, 64), 1, sizes)
+    assert micro_batch_issue(Cell(32, 8, 10**6), 8, sizes) is None  # 256 / 8 ranks = 32 per rank
+    assert "do not split over 8 training ranks" in micro_batch_issue(Cell(2, 2, 64), 8, sizes)
+    plan = _plan(tmp_path)
+    executor = FakeExecutor()
+    sweep = runner.Sweep(plan, executor, progress=False, poll_s=0.0, echo=lambda msg: None,
+                         cell_check=lambda cell: micro_batch_issue(cell, 1, sizes))
+    sweep.run()
+    assert executor.started == ["b2_n4", "b4_n2", "b4_n4"]
+    assert sweep.state.cells["b2_n2"]["status"] == "skipped" and "not a multiple" in sweep.state.cells["b2_n2"]["reason"]
 
 
 def test_cell_id():

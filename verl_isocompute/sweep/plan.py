@@ -22,7 +22,7 @@ verl. The YAML schema (documented in docs/WORKFLOW.md)::
     test_freq: null                   # or a fixed trainer.test_freq for every cell
     sweep_dir: runs/pilot-easy        # default runs/<name>
     fit: {metric: val/avg@4, compute: rollouts, group_by: n, bootstrap: 200}
-    ray: {address: null, max_concurrent: 2, python: python}
+    ray: {address: null, max_concurrent: 2, mode: auto, python: python}
 
 Relative paths (data files, sweep_dir) are relative to the plan file's directory. The learning rate is
 the recipe's: its LR rule (``isocompute.lr``, lr = base_lr * sqrt(B_problem * n / 1024)) gives every cell
@@ -63,7 +63,7 @@ _TOP_KEYS = {
     "test_freq", "sweep_dir", "fit", "ray",
 }
 _FIT_KEYS = {"metric", "compute", "group_by", "bootstrap", "bucket", "fit_on", "window", "k_max", "ema", "seed"}
-_RAY_KEYS = {"address", "max_concurrent", "python", "env_vars"}
+_RAY_KEYS = {"address", "max_concurrent", "python", "env_vars", "mode", "num_gpus", "num_cpus"}
 
 
 class PlanError(ValueError):
@@ -259,6 +259,8 @@ def parse_plan(raw: Any, base_dir: str | os.PathLike = ".", default_name: str = 
     if set(ray_cfg) - _RAY_KEYS:
         raise PlanError(f"unknown ray key(s) {sorted(set(ray_cfg) - _RAY_KEYS)}; known: {sorted(_RAY_KEYS)}")
     ray_cfg["max_concurrent"] = _positive_int("ray.max_concurrent", ray_cfg.get("max_concurrent", DEFAULT_MAX_CONCURRENT))
+    if ray_cfg.get("mode", "auto") not in ("auto", "private", "join"):
+        raise PlanError(f"ray.mode={ray_cfg['mode']!r}: use auto, private (each cell its own Ray instance) or join")
 
     sweep_dir = Path(os.path.expanduser(str(raw.get("sweep_dir") or f"runs/{name}")))
     sweep_dir = sweep_dir if sweep_dir.is_absolute() else base / sweep_dir
@@ -318,6 +320,23 @@ def cell_overrides(plan: Plan, cell: Cell, run_dir: str | os.PathLike, dataset_s
         f"isocompute.run_dir={run_dir}",
     ]
     return out
+
+
+def micro_batch_issue(cell: Cell, world_size: int, micro_batches: dict[str, int | None]) -> str | None:
+    """Why verl would reject this cell's batch, or None.
+
+    Without dynamic batch sizes verl cuts each rank's share of a step, B / world_size sequences, into
+    micro-batches of a fixed size, and asserts that they divide it. Paper-sized cells (B >= 256) always
+    pass with the usual sizes; small CPU cells (B = 4 with micro-batches of 8) do not.
+    """
+    if cell.batch_rollouts % world_size:
+        return f"{cell.batch_rollouts} rollouts per step do not split over {world_size} training ranks"
+    per_rank = cell.batch_rollouts // world_size
+    for key, size in micro_batches.items():
+        if size and per_rank % int(size):
+            return (f"{cell.batch_rollouts} rollouts per step ({per_rank} per rank) is not a multiple of {key}={size}, "
+                    "which verl requires; choose b_problem x n accordingly or lower it in the plan's overrides")
+    return None
 
 
 def _hydra_list(paths: tuple[str, ...]) -> str:

@@ -229,12 +229,36 @@ class LocalExecutor:
         except (ProcessLookupError, PermissionError):
             pass
         proc.wait()
+        # A Ray worker that was starting while its raylet died is re-parented to init and escapes both the
+        # process group and the tree above; it still names its Ray session, which ends in the driver's pid.
+        for p in ray_session_processes(proc.pid):
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
 
     def reattach(self, record: dict[str, Any]) -> None:
         return None  # a local child does not outlive its sweep process
 
     def finish(self, handle: dict[str, Any]) -> None:
         return None  # verl's output already went to verl.log
+
+
+def ray_session_processes(driver_pid: int) -> list:
+    """Live processes of the Ray instance a driver started: their command lines name ``session_<time>_<pid>``."""
+    import re
+
+    import psutil
+
+    pattern = re.compile(rf"session_\d{{4}}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_{driver_pid}(?!\d)")
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if p.pid != os.getpid() and pattern.search(" ".join(p.info["cmdline"] or [])) and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
 
 
 def dashboard_address(address: str) -> str:
@@ -265,31 +289,53 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
 
 
 class RayJobExecutor:
-    """Cells as Ray jobs on an existing cluster, ``max_concurrent`` at a time."""
+    """Cells as Ray jobs on an existing cluster, ``max_concurrent`` at a time.
+
+    Two ways for a cell to use the cluster:
+
+    - ``private`` (default for single-node cells): the job reserves the cell's GPUs on the cluster
+      (``entrypoint_num_gpus``; Ray then restricts the job to them) and its verl driver starts a Ray
+      instance of its own on that node (``RAY_ADDRESS=local``). The cluster schedules and isolates cells,
+      so several run at once. This is needed because verl 0.9.1's trainer always starts TransferQueue,
+      whose controller is a named actor global to a Ray cluster (``TransferQueueController`` in namespace
+      ``transfer_queue``): two verl runs joined to one cluster share it and the second one hangs.
+    - ``join``: the verl driver joins the cluster (multi-node cells need this); because of the shared
+      TransferQueue controller, cells then run one at a time.
+    """
 
     name = "ray"
+    MODES = ("private", "join")
 
-    def __init__(self, address: str, max_concurrent: int, python: str = "python", env_vars: dict[str, str] | None = None) -> None:
+    def __init__(self, address: str, max_concurrent: int, python: str = "python", env_vars: dict[str, str] | None = None,
+                 mode: str = "private", num_gpus: float | None = None, num_cpus: float | None = None) -> None:
         from ray.job_submission import JobSubmissionClient
 
+        if mode not in self.MODES:
+            raise SweepError(f"ray.mode={mode!r}: use private (each cell its own Ray instance) or join")
         self.address = dashboard_address(address)
         check_reachable(self.address)
         try:
             self.client = JobSubmissionClient(self.address)
         except Exception as exc:  # the client raises ConnectionError / RuntimeError with Ray's own message
             raise SweepError(f"cannot use the Ray job API at {self.address}: {exc}") from None
-        self.max_concurrent = max_concurrent
+        self.mode = mode
+        self.max_concurrent = max_concurrent if mode == "private" else 1
         self.python = python
         self.env_vars = dict(env_vars or {})
+        self.num_gpus = num_gpus
+        self.num_cpus = num_cpus
 
     def entrypoint(self, plan: Plan, overrides: list[str]) -> str:
-        # The job's driver joins the cluster: ray.init must not be given resources (Ray refuses them).
-        joined = overrides + ["++ray_kwargs.ray_init.num_cpus=null", "++ray_kwargs.ray_init.num_gpus=null"]
-        return shlex.join([self.python, "-m", "verl_isocompute.main", "--config-name", plan.recipe, *joined])
+        command = [self.python, "-m", "verl_isocompute.main", "--config-name", plan.recipe, *overrides]
+        if self.mode == "join":
+            # the driver joins the cluster: ray.init must not be given resources (Ray refuses them)
+            return shlex.join(command + ["++ray_kwargs.ray_init.num_cpus=null", "++ray_kwargs.ray_init.num_gpus=null"])
+        # the job supervisor points RAY_ADDRESS at the cluster; the cell starts its own instance instead
+        return "RAY_ADDRESS=local " + shlex.join(command)
 
     def runtime_env(self, run_dir: Path) -> dict[str, Any]:
         env = {
-            # verl's file logger reads its path in the TaskRunner, a worker of the cluster
+            # verl's file logger reads its path in the TaskRunner, a Ray worker (of the cluster in join mode)
             "VERL_FILE_LOGGER_PATH": str(run_dir / VERL_LOG),
             **{k: os.environ[k] for k in ("VERL_PLATFORM", "ISOCOMPUTE_CACHE") if k in os.environ},
             **self.env_vars,
@@ -298,9 +344,13 @@ class RayJobExecutor:
 
     def start(self, plan: Plan, cell: Cell, run_dir: Path, overrides: list[str]) -> dict[str, Any]:
         submission_id = f"isocompute-{plan.name}-{cell.id}-{uuid.uuid4().hex[:8]}"
+        resources = {}
+        if self.mode == "private":
+            resources = {"entrypoint_num_gpus": self.num_gpus or None, "entrypoint_num_cpus": self.num_cpus or None}
         self.client.submit_job(
             entrypoint=self.entrypoint(plan, overrides), submission_id=submission_id,
             runtime_env=self.runtime_env(run_dir), metadata={"isocompute_sweep": plan.name, "cell": cell.id},
+            **resources,
         )
         return {"job_id": submission_id, "run_dir": run_dir}
 
@@ -370,8 +420,11 @@ class Sweep:
     """Runs a plan's cells with an executor, keeping ``sweep_state.json`` current."""
 
     def __init__(self, plan: Plan, executor: LocalExecutor | RayJobExecutor, progress: bool = True,
-                 poll_s: float = 2.0, echo: Callable[[str], None] | None = None) -> None:
+                 poll_s: float = 2.0, echo: Callable[[str], None] | None = None,
+                 cell_check: Callable[[Cell], str | None] | None = None) -> None:
+        """``cell_check(cell)`` returns why a cell cannot run (it is then skipped with that reason), or None."""
         self.plan = plan
+        self.cell_check = cell_check
         self.executor = executor
         self.dir = Path(plan.sweep_dir)
         self.poll_s = poll_s
@@ -403,6 +456,11 @@ class Sweep:
                     "status": SKIPPED, "b_problem": cell.b_problem, "n": cell.n, "steps": cell.steps, "attempts": 0,
                     "reason": f"b_problem = {cell.b_problem} exceeds the {self.dataset_size} training problems",
                 }
+                continue
+            issue = self.cell_check(cell) if self.cell_check else None
+            if issue:
+                cells[cell.id] = {"status": SKIPPED, "b_problem": cell.b_problem, "n": cell.n, "steps": cell.steps,
+                                  "attempts": 0, "reason": issue}
                 continue
             spec = cell_spec(self.plan, cell, self.dataset_size)
             if record is not None and record.get("status") == FINISHED and record.get("spec") != spec:
@@ -501,18 +559,27 @@ class Sweep:
         bar = tqdm(total=total_steps, unit="step", desc=f"sweep {self.plan.name}", disable=not self.progress,
                    file=sys.stderr, dynamic_ncols=True)
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        received: list[int] = []
 
+        # The handler only records the signal; the loop acts on it between steps, so a cell being
+        # started or finished is always fully registered in the state before it is stopped.
         def interrupt(signum, frame):
-            raise Interrupted(signum)
+            received.append(signum)
+
+        def check() -> None:
+            if received:
+                raise Interrupted(received[0])
 
         for sig in previous:
             signal.signal(sig, interrupt)
         try:
             while queue or running:
-                while queue and len(running) < self.executor.max_concurrent:
+                while queue and len(running) < self.executor.max_concurrent and not received:
                     cell = queue.pop(0)
                     running[cell.id] = (cell, self._start(cell))
+                check()
                 time.sleep(self.poll_s)
+                check()
                 for cell_id, (cell, handle) in list(running.items()):
                     outcome = self.executor.poll(handle)
                     if outcome is not None:
