@@ -3,7 +3,7 @@
 # Walk-through: docs/WORKFLOW.md. Everything lands in $OUT; rerunning resumes (cached samples, finished cells).
 #
 #   bash run_examples/workflow_cpu.sh                                # SmolLM2-135M-Instruct
-#   MODEL=tiny SIZE=32 N_GRID=2,4 bash run_examples/workflow_cpu.sh  # the plumbing only, a few minutes
+#   MODEL=tiny SIZE=24 K=4 N_GRID=2,4 BUDGET=16 TRAIN_BUDGET=16 bash run_examples/workflow_cpu.sh  # plumbing, ~3.5 min
 set -euo pipefail
 
 OUT=${OUT:-runs/workflow}
@@ -43,8 +43,7 @@ val_points: 6
 sweep_dir: runs/pilot             # relative to this file
 fit: {bootstrap: 50}
 EOF
-isocompute sweep --plan "$OUT/pilot.yaml" --dry-run
-isocompute sweep --plan "$OUT/pilot.yaml"
+isocompute sweep --plan "$OUT/pilot.yaml"        # prints the cells first (alone: --dry-run)
 
 echo "== 3. fit: $OUT/runs/pilot/fit/report.md"
 CURVE="$OUT/runs/pilot/fit/curve.json"

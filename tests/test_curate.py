@@ -196,3 +196,16 @@ def test_dataset_without_usable_problems_is_a_clear_error(tmp_path):
     proc = _curate("--data", tmp_path / "bad.parquet", "--out", tmp_path / "out")
     assert proc.returncode == 2, proc.stderr
     assert "no usable problem among 2: {'no ground truth': 2}" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_verl_interfaces_curation_relies_on():
+    """Curation drives verl's standalone rollout path; if verl moves one of these, this says which."""
+    import inspect
+
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env  # noqa: F401
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.workers.rollout.replica import RolloutReplica, get_rollout_replica_class  # noqa: F401
+
+    assert inspect.iscoroutinefunction(RolloutReplica.init_standalone)
+    assert isinstance(RolloutReplica.server_handle, property)
+    assert list(inspect.signature(get_custom_reward_fn).parameters) == ["config"]

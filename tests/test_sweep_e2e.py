@@ -309,9 +309,10 @@ def test_sweep_as_ray_jobs_on_a_local_head(tmp_path, tiny_model_path, ray_head):
     jobs = {j.submission_id: j for j in JobSubmissionClient(address).list_jobs()}
     assert set(jobs) == {a["job_id"], b["job_id"]}
     for job in jobs.values():
-        assert job.status.value == "SUCCEEDED"
+        cell = job.metadata["cell"]
+        assert job.status.value == "SUCCEEDED" and job.driver_exit_code == 0
         assert job.entrypoint.startswith("RAY_ADDRESS=local ")  # each cell in a Ray instance of its own
-        assert job.entrypoint_num_gpus == 1  # ... on GPUs the cluster reserved for it
+        assert job.runtime_env["env_vars"]["VERL_FILE_LOGGER_PATH"] == str(sweep_dir / "cells" / cell / "verl_metrics.jsonl")
     assert _state(sweep_dir)["fit"]["runs"] == 2
 
 

@@ -344,3 +344,13 @@ def test_micro_batch_check_skips_cells_verl_would_reject(tmp_path):
 
 def test_cell_id():
     assert Cell(32, 8, 1000).id == "b32_n8"
+
+
+def test_transfer_queue_controller_is_global_to_a_ray_cluster():
+    """Why Ray cells run in private Ray instances by default (runner.RayJobExecutor): if TransferQueue ever
+    names its controller per run, verl runs could share a cluster and this can be revisited."""
+    import inspect
+
+    import transfer_queue.interface as tq
+
+    assert 'name="TransferQueueController", namespace="transfer_queue"' in inspect.getsource(tq)

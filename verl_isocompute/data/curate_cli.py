@@ -72,7 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="at most this share of a set is held out (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generator, mixtures and splits (default %(default)s)")
     parser.add_argument("--concurrency", type=int, default=64, help="problems in flight at once (default %(default)s)")
-    parser.add_argument("--ray-address", default=None, help="join this Ray cluster instead of starting a private instance")
+    parser.add_argument("--ray-address", default=None, metavar="ADDR",
+                        help="join this running Ray cluster, as ray.init takes it (host:6379 or auto), instead of "
+                             "starting a private instance; it must offer the replicas' GPUs")
     parser.add_argument("--no-answer-check", action="store_true",
                         help="do not skip problems whose reference answer math-verify cannot parse (non-math rewards)")
     parser.add_argument("--restart", action="store_true", help="discard cached samples in --out")
@@ -118,8 +120,10 @@ def run(args: argparse.Namespace) -> int:
         unknown = sorted(set(sets) - set(c.SETS))
         if unknown:
             raise c.CurateError(f"--sets {','.join(unknown)}: choose from {','.join(c.SETS)}")
-        if args.k < 1:
-            raise c.CurateError(f"--k must be at least 1, got {args.k}")
+        for flag, value in (("--k", args.k), ("--mixture-size", args.mixture_size), ("--val-size", args.val_size),
+                            ("--concurrency", args.concurrency), ("--size", args.size)):
+            if value < 1:
+                raise c.CurateError(f"{flag} must be at least 1, got {value}")
         if not 0 < args.max_val_fraction < 1:
             raise c.CurateError(f"--max-val-fraction must be in (0, 1), got {args.max_val_fraction}")
         if args.data:
@@ -198,7 +202,8 @@ def _sample(cfg, args, pending_rows, cache, records) -> list[dict] | None:
         try:
             prompt_ids = sampler.prompt_ids(messages)
         except ProblemTooLong as exc:
-            too_long.append({"row": -1, "reason": "prompt longer than data.max_prompt_length", "detail": str(exc)})
+            too_long.append({"row": -1, "reason": "prompt longer than data.max_prompt_length",
+                             "detail": f"{row['problem_id']}: {exc}"})
             continue
         ready.append({
             "problem_id": row["problem_id"], "messages": messages, "prompt_ids": prompt_ids,
