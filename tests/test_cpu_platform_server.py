@@ -88,3 +88,12 @@ def test_new_weights_are_used_for_the_next_rollout(ray_server, tiny_model_path):
     expected = model.generate(torch.tensor(prompt), max_new_tokens=6, min_new_tokens=6, do_sample=False)[0, 3:].tolist()
     assert new.token_ids == expected and new.token_ids != old.token_ids
     assert new.extra_fields["global_steps"] == 7
+
+
+def test_plugin_registers_whatever_is_imported_first():
+    """Importing our CPU helpers before verl must not break the plugin (verl would hide the error)."""
+    env = {**os.environ, "VERL_PLATFORM": "cpu"}
+    code = ("import verl_isocompute.cpu.models, verl_isocompute.data.arithmetic; import verl; "
+            "from verl_isocompute.registrations import check_registrations; print(all(check_registrations().values()))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split()[-1] == "True"

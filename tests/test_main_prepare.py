@@ -86,8 +86,11 @@ def test_explicit_lr_conflicts_with_the_lr_rule():
     from verl_isocompute.main import prepare_lr
 
     cfg = compose_recipe("isocompute_hard", ["actor_rollout_ref.actor.optim.lr=3e-6"])
-    with pytest.raises(RecipeError, match=r"optim.lr=3e-06 given on the command line.*isocompute.lr.rule=null"):
+    with pytest.raises(RecipeError, match=r"optim.lr=3e-06 given on the command line.*sets .*optim.lr=7.07107e-07.*isocompute.lr.rule=null"):
         prepare_lr(cfg, {"actor_rollout_ref.actor.optim.lr"})
+    # the value the rule gives (as `isocompute allocate --format overrides` prints it) is not a conflict
+    same = compose_recipe("isocompute_hard", ["actor_rollout_ref.actor.optim.lr=7.0710678118654755e-07"])
+    prepare_lr(same, {"actor_rollout_ref.actor.optim.lr"})
     cfg = compose_recipe("isocompute_hard", ["actor_rollout_ref.actor.optim.lr=3e-6", "isocompute.lr.rule=null"])
     prepare_lr(cfg, {"actor_rollout_ref.actor.optim.lr"})
     assert cfg.actor_rollout_ref.actor.optim.lr == 3e-6

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -96,7 +97,8 @@ def run(args) -> int:
     log_path = run_dir / "verl.log"
     print(f"[isocompute] starting verl (Ray, FSDP2, hf rollout); full log: {log_path}")
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+        # own process group: stopping the demo stops verl's driver and the Ray processes it started
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ), start_new_session=True)
         bar = tqdm(total=args.steps, desc="training steps", unit="step")
         validated_before = False
         log_pos = 0
@@ -131,7 +133,7 @@ def run(args) -> int:
                     bar.set_postfix(reward=f"{last.get('critic/score/mean', float('nan')):.3f}", s_per_step=f"{last['timing_s/step']:.0f}")
                     bar.update(done - bar.n)
         except KeyboardInterrupt:
-            proc.terminate()
+            os.killpg(proc.pid, signal.SIGTERM)
             proc.wait()
             raise
         finally:

@@ -24,6 +24,7 @@ Overrides work as in verl (``actor_rollout_ref.rollout.n=8``); new keys need ``+
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -168,13 +169,6 @@ def prepare_lr(cfg: DictConfig, explicit_keys: set[str]) -> None:
     rule = _select(cfg, "isocompute.lr.rule")
     if rule in (None, "none", "null"):
         return
-    given = sorted(explicit_keys & set(LR_KEYS))
-    if given:
-        raise RecipeError(
-            f"{', '.join(f'{k}={_select(cfg, k)}' for k in given)} given on the command line, but "
-            f"isocompute.lr.rule={rule} sets the learning rate; drop the override, or set isocompute.lr.rule=null "
-            "to use your own learning rate"
-        )
     try:
         decision = resolve_lr(
             b_problem=int(cfg.data.train_batch_size), n=int(cfg.actor_rollout_ref.rollout.n),
@@ -183,6 +177,16 @@ def prepare_lr(cfg: DictConfig, explicit_keys: set[str]) -> None:
         )
     except ValueError as exc:
         raise RecipeError(f"isocompute.lr: {exc}") from None
+    # A value given on the command line stays only if it is what the rule gives (e.g. pasted from
+    # `isocompute allocate --format overrides`); anything else would be silently replaced: refuse.
+    resolved = dict(zip(LR_KEYS, (decision.lr, decision.warmup_steps)))
+    conflicts = [k for k in sorted(explicit_keys & set(LR_KEYS)) if not math.isclose(float(_select(cfg, k)), resolved[k], rel_tol=1e-6)]
+    if conflicts:
+        raise RecipeError(
+            f"{', '.join(f'{k}={_select(cfg, k)}' for k in conflicts)} given on the command line, but "
+            f"isocompute.lr.rule={rule} sets {', '.join(f'{k}={resolved[k]:g}' for k in conflicts)}; drop the override, "
+            "or set isocompute.lr.rule=null to use your own learning rate"
+        )
     with open_dict(cfg):
         cfg.actor_rollout_ref.actor.optim.lr = decision.lr
         cfg.actor_rollout_ref.actor.optim.lr_warmup_steps = decision.warmup_steps

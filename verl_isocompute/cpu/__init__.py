@@ -10,10 +10,13 @@ cannot express. Each has an upstreamable diff in ``patches/`` explaining it.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
-from .platform import PLATFORM_NAME, PlatformCPU, cpu_selected
-
+# Nothing here imports verl at module level: importing verl loads our plugin, which imports this package,
+# so a verl import here would run the plugin against a half-initialised package (and verl would hide the
+# error). The platform class is imported inside register().
+PLATFORM_NAME = "cpu"
 ROLLOUT_NAME = "hf"
 ADAPTER_PATH = "verl_isocompute.cpu.hf_rollout.HFServerAdapter"
 _runtime_applied = False
@@ -25,9 +28,16 @@ def _load_hf_replica():
     return HFReplica
 
 
+def cpu_selected() -> bool:
+    """True when this process runs verl on the CPU platform (``VERL_PLATFORM=cpu``)."""
+    return os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME
+
+
 def register() -> None:
     """Register the ``cpu`` platform and the ``hf`` rollout with verl (idempotent)."""
     from verl.plugin.platform import PlatformRegistry
+
+    from .platform import PlatformCPU
     from verl.workers.rollout import base as rollout_base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 

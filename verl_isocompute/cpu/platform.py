@@ -29,7 +29,6 @@ import torch
 
 from verl.plugin.platform import PlatformBase
 
-PLATFORM_NAME = "cpu"
 
 
 class _CPUDeviceModule(ModuleType):
@@ -188,8 +187,3 @@ class PlatformCPU(PlatformBase):
 
     def cudart(self) -> Any:
         return None
-
-
-def cpu_selected() -> bool:
-    """True when this process runs verl on the CPU platform (``VERL_PLATFORM=cpu``)."""
-    return os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME
