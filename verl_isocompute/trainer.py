@@ -36,6 +36,7 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_isocompute import metrics as iso_metrics
+from verl_isocompute.advantage import compute_isocompute_grpo_decoupled, decoupled_train_mask, group_has_variance
 from verl_isocompute.regularizers import MODES, REG_MASK_FIELD, isocompute_ppo_loss
 
 TRAINER_NAME = "isocompute"
@@ -205,11 +206,9 @@ class IsoComputeTrainer(PPOTrainerSync):
 
         # Which samples each loss term sees. Variance is judged on the binary accuracy.
         acc = _acc_of(extra_fields, data.batch["rm_scores"].sum(dim=-1))
-        varies = self._group_varies(acc, uids)
+        varies = group_has_variance(acc, uids)
         keep = torch.ones(len(uids), dtype=torch.bool)  # samples left in every loss term and the normaliser
         if self.config.algorithm.adv_estimator == DECOUPLED:
-            from verl_isocompute.advantage import compute_isocompute_grpo_decoupled, decoupled_train_mask
-
             seed = (int(self.config.actor_rollout_ref.actor.data_loader_seed), int(self.global_steps))
             adv, ret = compute_isocompute_grpo_decoupled(
                 token_level_rewards=data.batch["token_level_rewards"], response_mask=data.batch["response_mask"],
@@ -254,12 +253,6 @@ class IsoComputeTrainer(PPOTrainerSync):
             output[REG_MASK_FIELD] = varies.to(torch.float32)
         output = TensorDict(output, batch_size=len(batch))
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
-
-    @staticmethod
-    def _group_varies(acc: np.ndarray, uids: np.ndarray) -> torch.Tensor:
-        from verl_isocompute.advantage import group_has_variance
-
-        return group_has_variance(acc, uids)
 
     @staticmethod
     def _zero_var_group_frac(varies: torch.Tensor, uids: np.ndarray, real: torch.Tensor) -> float:
