@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
-from verl_isocompute import advantage
+from verl_isocompute.training import advantage
 
 B_PROBLEM, N, RESPONSE_LENGTH = 4096, 16, 1024
 

@@ -21,8 +21,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from verl_isocompute.scaling import build_frontier, fit_frontier, load_curve, load_runs, plot_frontier, save_plots
-from verl_isocompute.scaling.synthetic import curves_for, synthetic_sweep, write_run_logs
+from verl_isocompute.scaling import (
+    build_frontier,
+    fit_frontier,
+    load_curve,
+    load_runs,
+    plot_frontier,
+    save_plots,
+)
+from verl_isocompute.scaling.synthetic import (
+    curves_for,
+    synthetic_sweep,
+    write_run_logs,
+)
 
 N_GRID = [2**i for i in range(1, 11)]
 POINTS_PER_RUN = 200

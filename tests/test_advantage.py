@@ -1,4 +1,4 @@
-"""GRPO estimators (verl_isocompute.advantage) against verl's own, and the decoupled-baseline subsample."""
+"""GRPO estimators (verl_isocompute.training.advantage) against verl's own, and the decoupled-baseline subsample."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import torch
 from scipy import stats
 from verl.trainer.ppo import core_algos
 
-from verl_isocompute import advantage
+from verl_isocompute.training import advantage
 
 
 def make_batch(num_groups, n, seed, binary=True, T=6, shuffle=True):

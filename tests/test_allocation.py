@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from verl_isocompute.allocation import (
+from verl_isocompute.scaling.allocation import (
     DEFAULT_ALLOCATION_CONFIG,
     DEFAULT_N_GRID,
     AllocationError,
@@ -389,7 +389,7 @@ def test_format_decision_reports_the_numbers_and_reasons():
 # The real `isocompute` dispatch, restricted to `allocate` so that other subcommands' imports (torch, verl)
 # neither slow these tests down nor break them.
 _CLI = (
-    "import sys; from verl_isocompute import cli; "
+    "import sys; from verl_isocompute.commands import cli; "
     "cli.SUBCOMMANDS = {'allocate': cli.SUBCOMMANDS['allocate']}; sys.exit(cli.main(sys.argv[1:]))"
 )
 

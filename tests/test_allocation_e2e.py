@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 def test_demo_runs_the_allocated_plan(tmp_path, isocompute_cache, tiny_model_path):
     run_dir = tmp_path / "demo"
     cmd = [
-        sys.executable, "-m", "verl_isocompute.cli", "demo", "--model", "tiny", "--run-dir", str(run_dir),
+        sys.executable, "-m", "verl_isocompute.commands.cli", "demo", "--model", "tiny", "--run-dir", str(run_dir),
         "isocompute.allocation.enable=true", "isocompute.allocation.curve=paper:qwen2.5-7b-easy",
         "isocompute.allocation.budget_rollouts=100", "isocompute.allocation.b_problem=4",
     ]

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from verl_isocompute.cpu.models import ModelError, build_tiny_tokenizer, check_model_path, ensure_model
+from verl_isocompute.cpu.models import (
+    ModelError,
+    build_tiny_tokenizer,
+    check_model_path,
+    ensure_model,
+)
 from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
 
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl_isocompute.cpu.sampler import BatchSampler, SamplingParams, _filter_top_k_top_p
+from verl_isocompute.cpu.sampler import (
+    BatchSampler,
+    SamplingParams,
+    _filter_top_k_top_p,
+)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ verl's rollout machinery (Ray + our hf server) runs end to end in test_sweep_e2e
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
@@ -14,9 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from verl_isocompute.data import curate as c
 from verl_isocompute.data.arithmetic import to_verl_row
-
+from verl_isocompute.workflow import curate as c
 
 
 def _rows(answers):
@@ -184,7 +182,7 @@ def test_write_outputs_writes_every_file(tmp_path):
 
 
 def _curate(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "verl_isocompute.cli", "curate", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "verl_isocompute.commands.cli", "curate", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout)
 
 

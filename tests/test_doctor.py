@@ -10,8 +10,8 @@ BREAK_TRAINER = """
 import importlib.abc, sys
 class _Broken(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name == "verl_isocompute.trainer":
-            raise ImportError("simulated: a dependency of verl_isocompute.trainer is missing")
+        if name == "verl_isocompute.training.trainer":
+            raise ImportError("simulated: a dependency of verl_isocompute.training.trainer is missing")
 sys.meta_path.insert(0, _Broken())
 """
 
@@ -19,7 +19,7 @@ sys.meta_path.insert(0, _Broken())
 def doctor(env_extra: dict[str, str] | None = None, tmp_path=None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_PLUGINS")}
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "verl_isocompute.cli", "doctor"], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "verl_isocompute.commands.cli", "doctor"], capture_output=True, text=True,
                           env=env, timeout=600)
 
 
@@ -44,5 +44,5 @@ def test_broken_plugin_import_is_surfaced(tmp_path):
     assert proc.returncode == 1
     bad = [line for line in proc.stdout.splitlines() if line.startswith("BAD")]
     assert bad and "trainer isocompute" in bad[0]  # what is missing ...
-    assert "simulated: a dependency of verl_isocompute.trainer is missing" in bad[0]  # ... and why
+    assert "simulated: a dependency of verl_isocompute.training.trainer is missing" in bad[0]  # ... and why
     assert "fix: reinstall" in proc.stdout

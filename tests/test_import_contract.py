@@ -17,8 +17,12 @@ def _source(obj) -> str:
 
 
 def test_platform_registry():
-    from verl.plugin.platform import PlatformBase, PlatformRegistry, get_platform  # noqa: F401
-    from verl.plugin.platform import platform_manager
+    from verl.plugin.platform import (  # noqa: F401
+        PlatformBase,
+        PlatformRegistry,
+        get_platform,
+        platform_manager,
+    )
 
     assert callable(PlatformRegistry.register) and callable(PlatformRegistry.get)
     assert "VERL_PLATFORM" in _source(platform_manager._detect_platform_name)

@@ -9,7 +9,12 @@ import sys
 import pytest
 from hydra import compose, initialize_config_module
 
-from verl_isocompute.main import RecipeError, check_group_size, prepare_model, prepare_platform
+from verl_isocompute.training.config import (
+    RecipeError,
+    check_group_size,
+    prepare_model,
+    prepare_platform,
+)
 
 
 def compose_recipe(name: str, overrides: list[str] | None = None):
@@ -73,7 +78,7 @@ def test_command_line_error_is_one_clear_line():
 
 
 def test_missing_local_data_file_is_refused_remote_paths_are_left_to_verl(tmp_path):
-    from verl_isocompute.main import prepare_data
+    from verl_isocompute.training.config import prepare_data
 
     cfg = compose_recipe("isocompute_hard", [f"data.train_files={tmp_path}/nope.parquet", f"data.val_files={tmp_path}/nope.parquet"])
     with pytest.raises(RecipeError, match="data.train_files: .*nope.parquet does not exist"):
@@ -83,7 +88,7 @@ def test_missing_local_data_file_is_refused_remote_paths_are_left_to_verl(tmp_pa
 
 
 def test_explicit_lr_conflicts_with_the_lr_rule():
-    from verl_isocompute.main import prepare_lr
+    from verl_isocompute.training.config import prepare_lr
 
     cfg = compose_recipe("isocompute_hard", ["actor_rollout_ref.actor.optim.lr=3e-6"])
     with pytest.raises(RecipeError, match=r"optim.lr=3e-06 given on the command line.*sets .*optim.lr=7.07107e-07.*isocompute.lr.rule=null"):
@@ -97,7 +102,7 @@ def test_explicit_lr_conflicts_with_the_lr_rule():
 
 
 def test_lr_rule_is_written_into_verls_optimizer_config():
-    from verl_isocompute.main import prepare_lr
+    from verl_isocompute.training.config import prepare_lr
 
     cfg = compose_recipe("isocompute_easy", ["data.train_batch_size=64", "actor_rollout_ref.rollout.n=128"])
     prepare_lr(cfg, set())

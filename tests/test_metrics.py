@@ -1,4 +1,4 @@
-"""Unbiased validation estimators, pass-rate histogram and epochs (verl_isocompute.metrics)."""
+"""Unbiased validation estimators, pass-rate histogram and epochs (verl_isocompute.training.metrics)."""
 
 import itertools
 import subprocess
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl_isocompute import metrics
+from verl_isocompute.training import metrics
 
 
 def brute_force(outcomes, k):
@@ -146,6 +146,6 @@ def test_epochs():
 
 
 def test_metrics_imports_neither_torch_nor_verl():
-    code = "import sys, verl_isocompute.metrics; print(sorted({'torch', 'verl'} & set(sys.modules)))"
+    code = "import sys, verl_isocompute.training.metrics; print(sorted({'torch', 'verl'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

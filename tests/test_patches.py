@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 import verl
 
 PATCHES = sorted((Path(__file__).parent.parent / "patches").glob("*.patch"))

@@ -6,7 +6,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from verl_isocompute.allocation import DEFAULT_ALLOCATION_CONFIG
+from verl_isocompute.scaling.allocation import DEFAULT_ALLOCATION_CONFIG
 
 RECIPES = ["isocompute_easy", "isocompute_hard", "isocompute_mixed", "cpu_demo"]
 
@@ -29,7 +29,7 @@ def test_recipe_composes_and_is_the_healthy_recipe(name):
     assert cfg.algorithm.rollout_correction.rollout_is == "token"
     assert cfg.algorithm.rollout_correction.rollout_is_threshold == 2.0 and rollout.calculate_log_probs
     assert cfg.isocompute.lr.rule == "sqrt" and cfg.isocompute.lr.b_ref == 1024
-    assert cfg.reward.custom_reward_function.path == "pkg://verl_isocompute.reward"
+    assert cfg.reward.custom_reward_function.path == "pkg://verl_isocompute.training.reward"
 
 
 def test_gpu_recipes_keep_the_paper_sizes():

@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 from tensordict import TensorDict
-
 from verl.trainer.ppo.core_algos import kl_penalty
 from verl.utils import tensordict_utils as tu
 from verl.workers.config import ActorConfig
 from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import no_padding_2_padding
 
-from verl_isocompute.regularizers import REG_MASK_FIELD, isocompute_ppo_loss
+from verl_isocompute.training.regularizers import REG_MASK_FIELD, isocompute_ppo_loss
 
 
 def value(metric) -> torch.Tensor:

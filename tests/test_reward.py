@@ -1,4 +1,4 @@
-"""Math reward (verl_isocompute.reward): answer extraction, math-verify verdicts, threads and the time bound."""
+"""Math reward (verl_isocompute.training.reward): answer extraction, math-verify verdicts, threads and the time bound."""
 
 import signal
 import subprocess
@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from verl_isocompute import reward
+from verl_isocompute.training import reward
 
 # (model output, ground truth, correct?)
 PAIRS = [

@@ -10,11 +10,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from verl_isocompute.commands.fit import main
 from verl_isocompute.scaling import FitError, load_curve
 from verl_isocompute.scaling import fit as fit_module
 from verl_isocompute.scaling import plots as plots_module
-from verl_isocompute.scaling.cli import main
-from verl_isocompute.scaling.synthetic import curves_for, synthetic_sweep, write_run_logs
+from verl_isocompute.scaling.synthetic import (
+    curves_for,
+    synthetic_sweep,
+    write_run_logs,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scaling"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -153,6 +157,6 @@ def test_verl_logs_fit_end_to_end(tmp_path, capsys):
 
 
 def test_cli_module_import_is_light():
-    code = "import sys, verl_isocompute.scaling.cli; print(sorted(m for m in ('pandas', 'scipy', 'matplotlib', 'torch', 'verl') if m in sys.modules))"
+    code = "import sys, verl_isocompute.commands.fit; print(sorted(m for m in ('pandas', 'scipy', 'matplotlib', 'torch', 'verl') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"

@@ -26,7 +26,12 @@ from verl_isocompute.scaling import (
     load_curve,
 )
 from verl_isocompute.scaling.fit import SaturatingCurve, sigmoid_log2_n
-from verl_isocompute.scaling.synthetic import PAPER_N_GRID, crossover, curves_for, synthetic_sweep
+from verl_isocompute.scaling.synthetic import (
+    PAPER_N_GRID,
+    crossover,
+    curves_for,
+    synthetic_sweep,
+)
 
 BUDGETS = np.logspace(5, 7, 81)
 TOL_CLEAN, TOL_NOISY = 0.3, 0.5

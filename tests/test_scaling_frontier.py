@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl_isocompute.scaling import ScalingError, bucket_index, frontier_value, record_breaking, smooth_ema
+from verl_isocompute.scaling import (
+    ScalingError,
+    bucket_index,
+    frontier_value,
+    record_breaking,
+    smooth_ema,
+)
 
 
 def _points(rows):

@@ -28,14 +28,14 @@ import pytest
 import yaml
 from verl_runs import PARITY_REWARD
 
-from verl_isocompute.sweep import runner
+from verl_isocompute.workflow.sweep import runner
 
 pytestmark = pytest.mark.e2e
 PRESET = "paper:qwen2.5-7b-hard"
 
 
 def _cli(*args, env=None, timeout=900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "verl_isocompute.cli", *map(str, args)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "verl_isocompute.commands.cli", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, env=env)
 
 
@@ -92,7 +92,7 @@ def workflow(tmp_path_factory, tiny_model_path):
 
     # 3. the sweep, stopped with SIGTERM while its second cell runs
     log = open(root / "sweep1.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "verl_isocompute.cli", "sweep", "--plan", str(plan)],
+    proc = subprocess.Popen([sys.executable, "-m", "verl_isocompute.commands.cli", "sweep", "--plan", str(plan)],
                             stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:

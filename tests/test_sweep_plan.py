@@ -11,9 +11,19 @@ import sys
 import pytest
 import yaml
 
-from verl_isocompute.sweep import runner
-from verl_isocompute.sweep.plan import PAPER_B_MAX, PAPER_B_PROBLEM, PAPER_N, Cell, PlanError, cell_overrides, describe, grid, load_plan, parse_plan
-
+from verl_isocompute.workflow.sweep import runner
+from verl_isocompute.workflow.sweep.plan import (
+    PAPER_B_MAX,
+    PAPER_B_PROBLEM,
+    PAPER_N,
+    Cell,
+    PlanError,
+    cell_overrides,
+    describe,
+    grid,
+    load_plan,
+    parse_plan,
+)
 
 # --- plan arithmetic --------------------------------------------------------------------------------
 
@@ -124,14 +134,14 @@ def test_dry_run_cli_prints_cells_without_importing_verl(tmp_path):
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump({"recipe": "isocompute_hard", "budget_rollouts": 10**6, "b_max": 16_384}))
     code = (
-        "import sys; from verl_isocompute.cli import main; rc = main(['sweep', '--plan', sys.argv[1], '--dry-run']); "
+        "import sys; from verl_isocompute.commands.cli import main; rc = main(['sweep', '--plan', sys.argv[1], '--dry-run']); "
         "assert 'verl' not in sys.modules and 'torch' not in sys.modules, 'dry run imported verl/torch'; sys.exit(rc)"
     )
     proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "27 cells to run" in proc.stdout and "b1024_n16" in proc.stdout and "b1024_n32" not in proc.stdout
     path.write_text(yaml.safe_dump({"recipe": "isocompute_hard", "budget_rollouts": 10**6, "b_max": 10}))
-    proc = subprocess.run([sys.executable, "-m", "verl_isocompute.cli", "sweep", "--plan", str(path), "--dry-run"],
+    proc = subprocess.run([sys.executable, "-m", "verl_isocompute.commands.cli", "sweep", "--plan", str(path), "--dry-run"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "b_max = 10" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -315,16 +325,8 @@ def test_ray_job_entrypoints():
         "a=1 ++ray_kwargs.ray_init.num_cpus=null ++ray_kwargs.ray_init.num_gpus=null")
 
 
-def test_state_file_is_replaced_atomically(tmp_path):
-    path = tmp_path / "s.json"
-    runner.write_json_atomic(path, {"a": 1})
-    runner.write_json_atomic(path, {"a": 2})
-    assert json.loads(path.read_text()) == {"a": 2}
-    assert [p.name for p in tmp_path.iterdir()] == ["s.json"]  # no temp files left behind
-
-
 def test_micro_batch_check_skips_cells_verl_would_reject(tmp_path):
-    from verl_isocompute.sweep.plan import micro_batch_issue
+    from verl_isocompute.workflow.sweep.plan import micro_batch_issue
 
     sizes = {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 8, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": None}
     assert micro_batch_issue(Cell(2, 4, 64), 1, sizes) is None

@@ -15,7 +15,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 import verl
 
 pytestmark = pytest.mark.e2e

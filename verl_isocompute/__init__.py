@@ -1,8 +1,25 @@
 """verl-isocompute: the IsoCompute playbook (arXiv 2603.12151) as a verl plugin.
 
-Importing this package is cheap and imports neither verl nor torch: the pure parts (metrics, LR rule,
-scaling toolkit, allocation) are usable with only the logs. verl-facing code lives in ``plugin``,
-``trainer``, ``regularizers``, ``cpu`` and ``main``.
+Where things live:
+
+- ``training/``  the healthy GRPO recipe inside verl: estimators, the regulariser-masked loss, the
+  ``isocompute`` trainer, the reward, and the pure rules they use (LR rule, unbiased metrics, masks);
+  ``training.config`` turns our ``isocompute:`` config block into plain verl settings.
+- ``scaling/``   the scaling toolkit: run logs -> frontier -> n*(C) curve, and the allocation rule
+  (budget -> n, B_problem, steps, lr). Pure numpy/scipy/pandas: no verl, no torch.
+- ``workflow/``  from problems to a compute-optimal run: difficulty curation and pilot sweeps.
+- ``cpu/``       the CPU backend (platform + HF-transformers rollout) so verl runs without a GPU.
+- ``commands/``  the ``isocompute`` subcommands, thin doors over the above.
+- ``data/``      problem sources in verl's parquet format (the demo's arithmetic set).
+- ``plugin``     the ``verl.plugins`` entry point; ``main`` the recipe entry point
+  (``python -m verl_isocompute.main``); ``runlog`` the run-log contract between training and fitting;
+  ``atomic`` the one way we write result files.
+
+Importing this package is cheap and imports neither verl nor torch.
 """
 
-__version__ = "0.1.0"
+from verl_isocompute import _compat
+
+__version__ = "0.2.0"
+
+_compat.install()

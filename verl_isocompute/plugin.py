@@ -18,7 +18,7 @@ def register_all() -> None:
     # First: importing verl's trainer modules resolves the platform, and under VERL_PLATFORM=cpu the
     # cpu platform must already be registered by then.
     cpu.register()
-    from verl_isocompute import advantage, trainer  # noqa: F401  (the trainer registers on import)
+    from verl_isocompute.training import advantage, trainer  # noqa: F401  (the trainer registers on import)
 
     advantage.register()
 

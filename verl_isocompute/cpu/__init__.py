@@ -36,10 +36,10 @@ def cpu_selected() -> bool:
 def register() -> None:
     """Register the ``cpu`` platform and the ``hf`` rollout with verl (idempotent)."""
     from verl.plugin.platform import PlatformRegistry
-
-    from .platform import PlatformCPU
     from verl.workers.rollout import base as rollout_base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    from .platform import PlatformCPU
 
     if PlatformRegistry.get(PLATFORM_NAME) is not PlatformCPU:
         PlatformRegistry.register(platform=PLATFORM_NAME)(PlatformCPU)
@@ -75,7 +75,6 @@ def apply_cpu_runtime() -> None:
         workers.initialize_global_process_group_ray = init_process_group_cpu
 
     from torch.distributed.fsdp import CPUOffloadPolicy
-
     from verl.workers.engine.base import EngineRegistry
     from verl.workers.engine.fsdp import transformer_impl
 

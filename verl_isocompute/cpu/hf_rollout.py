@@ -28,7 +28,6 @@ from typing import Any, Generator, Optional
 
 import ray
 import torch
-
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
@@ -61,7 +60,6 @@ class HFRolloutServer:
 
     def __init__(self, config: Any, model_config: Any, replica_rank: int = 0, seed: int = 0) -> None:
         from transformers import AutoModelForCausalLM, GenerationConfig
-
         from verl.utils.config import omega_conf_to_dataclass
         from verl.workers.config import HFModelConfig, RolloutConfig
 

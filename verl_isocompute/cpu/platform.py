@@ -26,9 +26,7 @@ from types import ModuleType
 from typing import Any, Optional
 
 import torch
-
 from verl.plugin.platform import PlatformBase
-
 
 
 class _CPUDeviceModule(ModuleType):

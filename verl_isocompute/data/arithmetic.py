@@ -12,6 +12,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from verl_isocompute import atomic
+
 DATA_SOURCE = "isocompute/arithmetic"
 INSTRUCTION = "Solve the problem. Put the final answer in \\boxed{}."
 
@@ -77,9 +79,8 @@ def write_arithmetic_dataset(out_dir: Path, spec: ArithmeticSpec = ArithmeticSpe
         to_verl_row(p["question"], p["answer"], "train", i) for i, p in enumerate(problems[spec.val_size :])
     ]
     for rows, path in ((rows_train, train), (rows_val, val)):
-        tmp = path.with_suffix(".parquet.tmp")
-        pd.DataFrame(rows).to_parquet(tmp, index=False)
-        tmp.replace(path)
+        with atomic.replacing(path) as tmp:
+            pd.DataFrame(rows).to_parquet(tmp, index=False)
     return train, val
 
 

@@ -42,9 +42,9 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from verl_isocompute.runlog import RUN_LOG, RunLogError, read_jsonl
 from verl_isocompute.scaling.errors import ScalingError
 
-RUN_LOG_NAME = "isocompute.jsonl"
 KEY_COLUMNS = ("run", "step", "n", "b_problem", "rollouts", "tokens")
 RESPONSE_LENGTH = "response_length/mean"
 
@@ -158,16 +158,16 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, str, Path]
         for dirpath, dirnames, filenames in os.walk(path):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             here = Path(dirpath)
-            if RUN_LOG_NAME in filenames:
+            if RUN_LOG in filenames:
                 dirnames[:] = []
-                found.setdefault((here / RUN_LOG_NAME).resolve(), (here / RUN_LOG_NAME, "isocompute", path))
+                found.setdefault((here / RUN_LOG).resolve(), (here / RUN_LOG, "isocompute", path))
                 continue
             for name in sorted(filenames):
                 if name.endswith(".jsonl") and _sniff(here / name) == "verl":
                     found.setdefault((here / name).resolve(), (here / name, "verl", path))
     if not found:
         raise ScalingError(
-            f"no runs found in {', '.join(str(p) for p in paths)}: looked for {RUN_LOG_NAME} and verl "
+            f"no runs found in {', '.join(str(p) for p in paths)}: looked for {RUN_LOG} and verl "
             "file-logger .jsonl files (trainer.logger=['file']); pass a .csv export by name"
         )
     return sorted(found.values(), key=lambda item: str(item[0]))
@@ -191,7 +191,7 @@ class _RawRun:
 def _sniff(path: Path) -> str | None:
     if path.suffix.lower() == ".csv":
         return "csv"
-    if path.name == RUN_LOG_NAME:
+    if path.name == RUN_LOG:
         return "isocompute"
     if path.suffix.lower() not in (".jsonl", ".json"):
         return None
@@ -226,26 +226,16 @@ def _run_name(path: Path, fmt: str) -> str:
 
 
 def _read_jsonl(path: Path, fmt: str) -> _RawRun:
-    text = path.read_text(encoding="utf-8", errors="replace")
-    lines = [line for line in text.splitlines() if line.strip()]
-    truncated = False
-    try:  # one parse for the whole file; line by line only to find what is wrong
-        objects = json.loads("[" + ",".join(lines) + "]")
-    except ValueError:
-        objects = []
-        for i, line in enumerate(lines):
-            try:
-                objects.append(json.loads(line))
-            except ValueError:
-                if i == len(lines) - 1:
-                    truncated = True  # a run killed mid-write leaves half a line; the rest is good
-                    continue
-                raise ScalingError(f"{path}, line {i + 1}: not valid JSON; fix or remove that line") from None
+    try:
+        jsonl = read_jsonl(path)  # a last line cut by a kill is skipped; the rest is good
+    except RunLogError as exc:
+        raise ScalingError(str(exc)) from None
+    lines, truncated = jsonl.lines, jsonl.cut_last_line
     header: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
-    for i, obj in enumerate(objects):
+    for line_no, obj in jsonl.objects:
         if not isinstance(obj, dict):
-            raise ScalingError(f"{path}, line {i + 1}: expected a JSON object, got {type(obj).__name__}")
+            raise ScalingError(f"{path}, line {line_no}: expected a JSON object, got {type(obj).__name__}")
         if "header" in obj:
             header = obj["header"] if isinstance(obj["header"], dict) else {}
             continue
@@ -253,7 +243,7 @@ def _read_jsonl(path: Path, fmt: str) -> _RawRun:
             data = obj.get("data")
             if not isinstance(data, dict) or "step" not in obj:
                 raise ScalingError(
-                    f"{path}, line {i + 1}: not in verl's file-logger format {{\"step\": N, \"data\": {{...}}}}"
+                    f"{path}, line {line_no}: not in verl's file-logger format {{\"step\": N, \"data\": {{...}}}}"
                 )
             row = dict(data)
             row["step"] = obj["step"]

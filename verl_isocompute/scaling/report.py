@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
+from verl_isocompute import atomic
 from verl_isocompute.scaling.curve import Curve
 from verl_isocompute.scaling.fit import FrontierFit
 
@@ -55,10 +53,8 @@ def write_outputs(
     from verl_isocompute.scaling.plots import plot_frontier, save_plots
 
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
     stale_curve = result.curve is None and (out_dir / CURVE_FILE).exists()
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    with atomic.staged_dir(out_dir) as staging:
         if result.curve is not None:
             curve = result.curve
             if command:
@@ -71,14 +67,8 @@ def write_outputs(
         save_plots(figures, staging)
         report = render_report(result, compare, compare_label, command, stale_curve=stale_curve)
         (staging / REPORT_FILE).write_text(report)
-        out_dir.mkdir(exist_ok=True)
-        written = []
-        for path in sorted(staging.iterdir()):
-            os.replace(path, out_dir / path.name)
-            written.append(out_dir / path.name)
-        return written
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        written = [out_dir / path.name for path in sorted(staging.iterdir())]
+    return written
 
 
 def render_report(

@@ -13,7 +13,6 @@ A sweep then samples each run's validation metric at log-spaced steps with Gauss
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Sequence
@@ -22,6 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit, logit
 
+from verl_isocompute.runlog import write_run_log
 from verl_isocompute.scaling.curve import Curve
 from verl_isocompute.scaling.fit import SaturatingCurve
 
@@ -131,7 +131,7 @@ def write_run_logs(sweep: pd.DataFrame, out_dir: str | Path, dataset_size: int =
             "recipe": "synthetic", "model": "synthetic", "dataset_size": dataset_size, "n": n,
             "b_problem": b_problem, "b_max": 65536, "verl_version": None,
         }
-        lines = [json.dumps({"header": header})]
+        records = []
         for row in rows.to_dict("records"):
             record = {
                 "step": int(row["step"]), "n": n, "b_problem": b_problem, "rollouts": float(row["rollouts"]),
@@ -140,9 +140,7 @@ def write_run_logs(sweep: pd.DataFrame, out_dir: str | Path, dataset_size: int =
             record.update({m: float(row[m]) for m in metrics})
             if metrics:  # training reward, logged on the samples trained on: a biased copy, never fitted
                 record["train/reward"] = float(row[metrics[0]]) + 0.05
-            lines.append(json.dumps(record))
-        path = out_dir / str(run) / "isocompute.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(lines) + "\n")
+            records.append(record)
+        path = write_run_log(out_dir / str(run), header, records)
         written.append(path)
     return written

@@ -10,13 +10,20 @@ overrides of the recipe, exactly as for ``python -m verl_isocompute.main --confi
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
+
+from verl_isocompute.runlog import (
+    CONSOLE_LOG,
+    RUN_LOG,
+    VERL_METRICS,
+    RunLogError,
+    read_jsonl,
+)
+from verl_isocompute.workflow import launch
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", default="smollm2", choices=["smollm2", "tiny"],
@@ -28,15 +35,11 @@ def add_arguments(parser) -> None:
 
 
 def _metric_rows(path: Path) -> list[dict]:
-    if not path.is_file():
+    """The JSON lines written so far (a line being written right now is skipped)."""
+    try:
+        return [obj for _, obj in read_jsonl(path).objects if isinstance(obj, dict)]
+    except RunLogError:
         return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass  # a line being written right now
-    return rows
 
 
 def _val_reward(data: dict) -> float | None:
@@ -48,10 +51,10 @@ def _val_reward(data: dict) -> float | None:
 
 def summarize(run_dir: Path, wall_s: float) -> dict:
     """Steps, rollouts, validation reward before/after, from the run's metric files."""
-    rows = _metric_rows(run_dir / "verl_metrics.jsonl")
+    rows = _metric_rows(run_dir / VERL_METRICS)
     train = [r for r in rows if "timing_s/step" in r["data"]]
     vals = [(r["step"], _val_reward(r["data"])) for r in rows if _val_reward(r["data"]) is not None]
-    run_log = _metric_rows(run_dir / "isocompute.jsonl")
+    run_log = _metric_rows(run_dir / RUN_LOG)
     rollouts = next((r["rollouts"] for r in reversed(run_log) if "rollouts" in r), None)
     if rollouts is None:
         cfg = run_dir / ".hydra" / "config.yaml"
@@ -94,11 +97,11 @@ def run(args) -> int:
         *([f"trainer.total_training_steps={args.steps}"] if args.steps else []),
         *args.overrides,
     ]
-    log_path = run_dir / "verl.log"
+    log_path = run_dir / CONSOLE_LOG
     print(f"[isocompute] starting verl (Ray, FSDP2, hf rollout); full log: {log_path}")
-    with open(log_path, "w") as log:
-        # own process group: stopping the demo stops verl's driver and the Ray processes it started
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ), start_new_session=True)
+    # SIGTERM / SIGINT stop verl's driver and every Ray process it started (launch.stop), then we exit
+    with launch.deferred_signals() as latch:
+        proc = launch.start(cmd, log_path)
         bar = tqdm(total=args.steps, desc="training steps", unit="step")
         validated_before = False
         log_pos = 0
@@ -117,13 +120,14 @@ def run(args) -> int:
         try:
             while proc.poll() is None:
                 time.sleep(1.0)
+                latch.check()
                 echo_our_lines()
                 if bar.total is None:  # the run log's header knows the number of steps the run resolved
-                    header = next((r["header"] for r in _metric_rows(run_dir / "isocompute.jsonl") if "header" in r), None)
+                    header = next((r["header"] for r in _metric_rows(run_dir / RUN_LOG) if "header" in r), None)
                     if header:
                         bar.total = header["total_training_steps"]
                         bar.refresh()
-                rows = _metric_rows(run_dir / "verl_metrics.jsonl")
+                rows = _metric_rows(run_dir / VERL_METRICS)
                 done = sum(1 for r in rows if "timing_s/step" in r["data"])
                 if not validated_before and any(r["step"] == 0 and _val_reward(r["data"]) is not None for r in rows):
                     validated_before = True
@@ -132,10 +136,12 @@ def run(args) -> int:
                     last = [r for r in rows if "timing_s/step" in r["data"]][-1]["data"]
                     bar.set_postfix(reward=f"{last.get('critic/score/mean', float('nan')):.3f}", s_per_step=f"{last['timing_s/step']:.0f}")
                     bar.update(done - bar.n)
-        except KeyboardInterrupt:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait()
-            raise
+        except launch.Interrupted as exc:
+            bar.close()
+            launch.stop(proc)
+            print(f"isocompute demo: stopped by {exc}; verl and its Ray processes are stopped; kept: {run_dir}",
+                  file=sys.stderr)
+            return exc.exit_code
         finally:
             echo_our_lines()
             bar.close()

@@ -13,7 +13,7 @@ moderate, spend the rest on steps. Here that rule reads:
    B_problem >= ~32). After n is lowered b_problem goes back up as far as the cap allows, never above
    the requested value.
 3. M = floor(C / (b_problem * n)): the budget is never exceeded; the remainder (< one step) is unspent.
-4. lr and warm-up come from :func:`verl_isocompute.lr.resolve_lr` (lr = 1e-6 * sqrt(B / 1024),
+4. lr and warm-up come from :func:`verl_isocompute.training.lr.resolve_lr` (lr = 1e-6 * sqrt(B / 1024),
    10 warm-up steps) and epochs = M * b_problem / D when the dataset size D is known.
 
 Fixed-hardware-batch mode (``batch_rollouts`` = B given): n from the curve, b_problem = B // n, the
@@ -48,7 +48,7 @@ decision into verl's config before verl builds anything. Schema (defaults in
         dataset_size: null         # D, for epochs and trainer.total_epochs
         n_grid: null               # allowed n values; null = powers of two from 2
         min_steps: 1               # the budget must pay for at least this many steps
-        base_lr: 1.0e-06           # lr rule (verl_isocompute.lr)
+        base_lr: 1.0e-06           # lr rule (verl_isocompute.training.lr)
         b_ref: 1024
         lr_rule: sqrt              # sqrt | constant | linear
         warmup_steps: 10
@@ -65,7 +65,7 @@ Using it from another verl project's entry point::
 
     import hydra
     from verl.trainer.main_ppo import run_ppo
-    from verl_isocompute.allocation import apply_allocation, explicit_keys_from_overrides, format_decision
+    from verl_isocompute.scaling.allocation import apply_allocation, explicit_keys_from_overrides, format_decision
 
     @hydra.main(config_path="config", config_name="my_trainer", version_base=None)
     def main(cfg):
@@ -90,8 +90,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 
-from verl_isocompute.lr import B_REF, BASE_LR, WARMUP_STEPS, resolve_lr
 from verl_isocompute.scaling.curve import Curve, CurveError, load_curve
+from verl_isocompute.training.lr import B_REF, BASE_LR, WARMUP_STEPS, resolve_lr
 
 # The paper keeps B_problem >= ~32 on hard sets (arXiv 2603.12151, section 1): the default floor.
 B_PROBLEM_FLOOR = 32
@@ -236,7 +236,7 @@ def allocate(
         min_steps: the budget must pay for at least this many steps (b_problem, then n, shrink for it).
         batch_rollouts: fixed-hardware-batch mode: B rollouts per step, b_problem = B // n.
         mean_response_tokens: mean generated tokens per rollout; needed when tokens are involved.
-        base_lr, b_ref, lr_rule, warmup_steps: the LR rule's settings (:func:`verl_isocompute.lr.resolve_lr`).
+        base_lr, b_ref, lr_rule, warmup_steps: the LR rule's settings (:func:`verl_isocompute.training.lr.resolve_lr`).
     """
     curve_name = None
     if not isinstance(curve, Curve):

@@ -67,7 +67,6 @@ class KSampler:
 
     def __init__(self, cfg: DictConfig, k: int, concurrency: int = 64) -> None:
         from transformers import AutoTokenizer
-
         from verl.trainer.ppo.reward import get_custom_reward_fn
 
         self.cfg = cfg
@@ -88,7 +87,7 @@ class KSampler:
         self.chat_kwargs = OmegaConf.to_container(chat_kwargs, resolve=True) if chat_kwargs else {}
         self.reward_fn = get_custom_reward_fn(cfg)
         if self.reward_fn is None:
-            from verl_isocompute.reward import compute_score
+            from verl_isocompute.training.reward import compute_score
 
             self.reward_fn = compute_score
         self.replicas: list[Any] = []

@@ -4,7 +4,7 @@ The IsoCompute recipe (arXiv 2603.12151, section 2) rewards a rollout 1 if its f
 mathematically equal to the reference and 0 otherwise, as judged by a math answer verifier (math-verify).
 Use it as verl's custom reward::
 
-    reward.custom_reward_function.path=pkg://verl_isocompute.reward
+    reward.custom_reward_function.path=pkg://verl_isocompute.training.reward
     reward.custom_reward_function.name=compute_score
 
 The answer is the content of the last complete ``\\boxed{...}`` (nested braces and nested boxes allowed);
@@ -149,7 +149,7 @@ class _Worker:
         # The parent directory of this package, so the worker imports us even if verl loaded this file by path.
         package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
-        code = "import sys; from verl_isocompute.reward import _serve; _serve(int(sys.argv[1]))"
+        code = "import sys; from verl_isocompute.training.reward import _serve; _serve(int(sys.argv[1]))"
         self.proc = subprocess.Popen(
             [sys.executable, "-c", code, str(child_end.fileno())],
             pass_fds=(child_end.fileno(),),
@@ -167,7 +167,7 @@ class _Worker:
             self.kill()
             raise RuntimeError(
                 f"math-verify worker failed to start ({err}); check that `{sys.executable} -c "
-                "'import verl_isocompute.reward, math_verify'` works"
+                "'import verl_isocompute.training.reward, math_verify'` works"
             ) from err
 
     def check(self, gold: str, pred: str, timeout: float) -> bool | None:

@@ -2,7 +2,7 @@
 
 ``--format overrides`` prints verl overrides to paste after ``python -m verl.trainer.main_ppo``;
 ``--format json`` feeds other tools; ``--format table`` is for reading. The rule itself lives in
-:mod:`verl_isocompute.allocation`.
+:mod:`verl_isocompute.scaling.allocation`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from verl_isocompute.allocation import (
+from verl_isocompute.scaling.allocation import (
     DEFAULT_ALLOCATION_CONFIG,
     Allocation,
     AllocationError,

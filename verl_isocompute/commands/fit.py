@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m verl_isocompute.scaling.cli``: the same as ``isocompute fit``."""
+    """``python -m verl_isocompute.commands.fit``: the same as ``isocompute fit``."""
     parser = argparse.ArgumentParser(prog="isocompute fit", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     argv = sys.argv[1:] if argv is None else argv

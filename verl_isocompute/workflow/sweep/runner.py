@@ -30,11 +30,8 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -42,18 +39,17 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlparse
 
-from verl_isocompute.sweep.plan import Cell, Plan, cell_overrides
+from verl_isocompute import atomic
+from verl_isocompute.runlog import CONSOLE_LOG, RUN_LOG, VERL_METRICS, logged_steps  # noqa: F401  (re-exported)
+from verl_isocompute.workflow import launch
+from verl_isocompute.workflow.launch import Interrupted, ray_session_processes  # noqa: F401  (re-exported)
+from verl_isocompute.workflow.sweep.plan import Cell, Plan, cell_overrides
 
 STATE_FILE = "sweep_state.json"
 STATE_VERSION = 1
 CELLS_DIR = "cells"
 ATTEMPTS_DIR = "attempts"
 FIT_DIR = "fit"
-RUN_LOG = "isocompute.jsonl"
-VERL_LOG = "verl_metrics.jsonl"
-CONSOLE_LOG = "verl.log"
-# How long a stopped cell gets to exit on SIGTERM before its processes are killed.
-STOP_GRACE_S = 20.0
 CONNECT_TIMEOUT_S = 10.0
 FINISHED, RUNNING, FAILED, INTERRUPTED, PENDING, SKIPPED = "done", "running", "failed", "interrupted", "pending", "skipped"
 
@@ -62,36 +58,7 @@ class SweepError(RuntimeError):
     """A sweep that cannot start or continue; the message names the fix."""
 
 
-class Interrupted(Exception):
-    """SIGTERM or SIGINT arrived while the sweep was running."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
 # --- logs -------------------------------------------------------------------------------------------
-
-
-def _jsonl(path: Path) -> list[dict]:
-    rows = []
-    if not path.is_file():
-        return rows
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line being written right now, or cut by a kill
-    return rows
-
-
-def logged_steps(run_dir: Path) -> list[int]:
-    """Training steps a run has logged: from our run log, else from verl's file logger (any recipe)."""
-    ours = [r["step"] for r in _jsonl(run_dir / RUN_LOG) if isinstance(r, dict) and "step" in r and "header" not in r]
-    if (run_dir / RUN_LOG).is_file():
-        return [s for s in ours if s > 0]
-    # verl logs validation before training as step 0; training steps carry timing_s/step
-    return [r["step"] for r in _jsonl(run_dir / VERL_LOG) if "timing_s/step" in r.get("data", {})]
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -101,17 +68,6 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 
 # --- state ------------------------------------------------------------------------------------------
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class SweepState:
@@ -132,7 +88,7 @@ class SweepState:
 
     def save(self) -> None:
         self.data["updated"] = time.time()
-        write_json_atomic(self.path, self.data)
+        atomic.write_json(self.path, self.data)
 
 
 def cell_spec(plan: Plan, cell: Cell, dataset_size: int | None) -> dict[str, Any]:
@@ -175,15 +131,7 @@ class LocalExecutor:
         return [self.python, "-m", "verl_isocompute.main", "--config-name", plan.recipe, *overrides]
 
     def start(self, plan: Plan, cell: Cell, run_dir: Path, overrides: list[str]) -> dict[str, Any]:
-        env = dict(os.environ)
-        # a private Ray instance per cell, even when `ray start` left a cluster address on this machine
-        env["RAY_ADDRESS"] = "local"
-        log = open(run_dir / CONSOLE_LOG, "w")
-        proc = subprocess.Popen(
-            self.command(plan, overrides), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True,
-        )
-        log.close()
+        proc = launch.start(self.command(plan, overrides), run_dir / CONSOLE_LOG)
         return {"proc": proc, "run_dir": run_dir, "pid": proc.pid}
 
     def poll(self, handle: dict[str, Any]) -> Outcome | None:
@@ -195,70 +143,13 @@ class LocalExecutor:
         return Outcome(False, f"verl exited with status {rc}", returncode=rc)
 
     def stop(self, handle: dict[str, Any]) -> None:
-        """SIGTERM the cell's process group, then kill whatever of it (and its descendants) is left."""
-        import psutil
-
-        proc: subprocess.Popen = handle["proc"]
-        if proc.poll() is not None:
-            return
-        try:
-            family = psutil.Process(proc.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            family = []
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-        for p in family:  # Ray may have moved some of verl's processes into sessions of their own
-            try:
-                p.terminate()
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(family, timeout=5)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait()
-        # A Ray worker that was starting while its raylet died is re-parented to init and escapes both the
-        # process group and the tree above; it still names its Ray session, which ends in the driver's pid.
-        for p in ray_session_processes(proc.pid):
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
+        launch.stop(handle["proc"])
 
     def reattach(self, record: dict[str, Any]) -> None:
         return None  # a local child does not outlive its sweep process
 
     def finish(self, handle: dict[str, Any]) -> None:
         return None  # verl's output already went to verl.log
-
-
-def ray_session_processes(driver_pid: int) -> list:
-    """Live processes of the Ray instance a driver started: their command lines name ``session_<time>_<pid>``."""
-    import re
-
-    import psutil
-
-    pattern = re.compile(rf"session_\d{{4}}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_{driver_pid}(?!\d)")
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if p.pid != os.getpid() and pattern.search(" ".join(p.info["cmdline"] or [])) and p.status() != psutil.STATUS_ZOMBIE:
-                found.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
 
 
 def dashboard_address(address: str) -> str:
@@ -336,7 +227,7 @@ class RayJobExecutor:
     def runtime_env(self, run_dir: Path) -> dict[str, Any]:
         env = {
             # verl's file logger reads its path in the TaskRunner, a Ray worker (of the cluster in join mode)
-            "VERL_FILE_LOGGER_PATH": str(run_dir / VERL_LOG),
+            "VERL_FILE_LOGGER_PATH": str(run_dir / VERL_METRICS),
             **{k: os.environ[k] for k in ("VERL_PLATFORM", "ISOCOMPUTE_CACHE") if k in os.environ},
             **self.env_vars,
         }
@@ -377,7 +268,7 @@ class RayJobExecutor:
             self.client.stop_job(handle["job_id"])
         except Exception:
             return
-        deadline = time.monotonic() + STOP_GRACE_S + 10
+        deadline = time.monotonic() + launch.STOP_GRACE_S + 10
         while time.monotonic() < deadline:
             if self.client.get_job_status(handle["job_id"]).is_terminal():
                 break
@@ -558,47 +449,34 @@ class Sweep:
 
         bar = tqdm(total=total_steps, unit="step", desc=f"sweep {self.plan.name}", disable=not self.progress,
                    file=sys.stderr, dynamic_ncols=True)
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-        received: list[int] = []
-
-        # The handler only records the signal; the loop acts on it between steps, so a cell being
-        # started or finished is always fully registered in the state before it is stopped.
-        def interrupt(signum, frame):
-            received.append(signum)
-
-        def check() -> None:
-            if received:
-                raise Interrupted(received[0])
-
-        for sig in previous:
-            signal.signal(sig, interrupt)
-        try:
-            while queue or running:
-                while queue and len(running) < self.executor.max_concurrent and not received:
-                    cell = queue.pop(0)
-                    running[cell.id] = (cell, self._start(cell))
-                check()
-                time.sleep(self.poll_s)
-                check()
-                for cell_id, (cell, handle) in list(running.items()):
-                    outcome = self.executor.poll(handle)
-                    if outcome is not None:
-                        del running[cell_id]
-                        self._finish(cell, handle, outcome)
-                self._update_bar(bar, runnable, running)
-        except Interrupted as exc:
-            self.echo(f"[sweep] {exc}: stopping {len(running)} running cell(s); rerun the same command to resume")
-            for cell_id, (cell, handle) in running.items():
-                self.executor.stop(handle)
-                record = self.state.cells[cell_id]
-                record.update({"status": INTERRUPTED, "finished": time.time(), "reason": f"stopped by {exc}"})
-                record["last_step"] = max(logged_steps(self.run_dir(cell)), default=0)
-            self.state.save()
-            raise
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            bar.close()
+        # Signals only set a latch; the loop acts on it between steps, so a cell being started or
+        # finished is always fully registered in the state before it is stopped.
+        with launch.deferred_signals() as latch:
+            try:
+                while queue or running:
+                    while queue and len(running) < self.executor.max_concurrent and not latch.received:
+                        cell = queue.pop(0)
+                        running[cell.id] = (cell, self._start(cell))
+                    latch.check()
+                    time.sleep(self.poll_s)
+                    latch.check()
+                    for cell_id, (cell, handle) in list(running.items()):
+                        outcome = self.executor.poll(handle)
+                        if outcome is not None:
+                            del running[cell_id]
+                            self._finish(cell, handle, outcome)
+                    self._update_bar(bar, runnable, running)
+            except Interrupted as exc:
+                self.echo(f"[sweep] {exc}: stopping {len(running)} running cell(s); rerun the same command to resume")
+                for cell_id, (cell, handle) in running.items():
+                    self.executor.stop(handle)
+                    record = self.state.cells[cell_id]
+                    record.update({"status": INTERRUPTED, "finished": time.time(), "reason": f"stopped by {exc}"})
+                    record["last_step"] = max(logged_steps(self.run_dir(cell)), default=0)
+                self.state.save()
+                raise
+            finally:
+                bar.close()
         return self.summary()
 
     def _update_bar(self, bar, runnable: list[Cell], running: dict) -> None:

@@ -3,7 +3,7 @@ trainer plus what the IsoCompute playbook (arXiv 2603.12151) needs to be measure
 
 On top of ``PPOTrainerSync`` it:
 
-- installs our loss in the actor workers (:func:`verl_isocompute.regularizers.isocompute_ppo_loss`,
+- installs our loss in the actor workers (:func:`verl_isocompute.training.regularizers.isocompute_ppo_loss`,
   through the workers' ``set_loss_fn``), and marks per sample what the loss should do:
   ``isocompute.zero_variance.mode`` = ``off`` | ``groups`` (zero-variance groups leave every loss term
   and the token normaliser) | ``regularizers`` (KL / entropy only on groups whose accuracy varies);
@@ -13,7 +13,7 @@ On top of ``PPOTrainerSync`` it:
 - counts compute in one place (:class:`ComputeCounter`): cumulative rollouts C (every sampled rollout,
   n_est of them under the decoupled baseline) and generated tokens;
 - computes validation avg@k / best@k / worst@k with the unbiased combinatorial estimators
-  (:mod:`verl_isocompute.metrics`), overall and per data source, and the per-problem training pass-rate
+  (:mod:`verl_isocompute.training.metrics`), overall and per data source, and the per-problem training pass-rate
   distribution of each epoch (the paper's interference diagnostic);
 - writes the run log ``<isocompute.run_dir>/isocompute.jsonl`` (contract in ARCHITECTURE.md): a header,
   then one row per step (a step-0 row carries the validation before training). A run resumed from a
@@ -22,25 +22,29 @@ On top of ``PPOTrainerSync`` it:
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import torch
 from omegaconf import OmegaConf
-
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from verl_isocompute import metrics as iso_metrics
-from verl_isocompute.advantage import compute_isocompute_grpo_decoupled, decoupled_train_mask, group_has_variance
-from verl_isocompute.regularizers import MODES, REG_MASK_FIELD, isocompute_ppo_loss
+from verl_isocompute.runlog import RunLogWriter
+from verl_isocompute.training import metrics as iso_metrics
+from verl_isocompute.training.advantage import (
+    compute_isocompute_grpo_decoupled,
+    decoupled_train_mask,
+    group_has_variance,
+)
+from verl_isocompute.training.regularizers import (
+    MODES,
+    REG_MASK_FIELD,
+    isocompute_ppo_loss,
+)
 
 TRAINER_NAME = "isocompute"
-RUN_LOG = "isocompute.jsonl"
 DECOUPLED = "isocompute_grpo_decoupled"
 
 
@@ -54,44 +58,6 @@ class ComputeCounter:
     def add(self, rollouts: int, tokens: int) -> None:
         self.rollouts += int(rollouts)
         self.tokens += int(tokens)
-
-
-class RunLog:
-    """Append-only JSONL run log; on resume, keeps rows up to the resumed step and reads the counters."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-
-    def rows(self) -> list[dict]:
-        if not self.path.is_file():
-            return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
-
-    def resume(self, step: int) -> ComputeCounter:
-        """Drop rows after ``step`` (they will be produced again) and return the counters at ``step``."""
-        rows = self.rows()
-        kept = [r for r in rows if "header" in r or r.get("step", 0) <= step]
-        if len(kept) != len(rows):
-            tmp = self.path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-            os.replace(tmp, self.path)
-        last = next((r for r in reversed(kept) if "rollouts" in r), None)
-        return ComputeCounter(last["rollouts"], last["tokens"]) if last and step > 0 else ComputeCounter()
-
-    def append(self, row: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as f:
-            f.write(json.dumps(row, default=_json_default) + "\n")
-
-
-def _json_default(obj):
-    if isinstance(obj, (np.integer, np.floating)):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, torch.Tensor):
-        return obj.tolist()
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
 def _acc_of(extra_fields: list, scores: torch.Tensor) -> np.ndarray:
@@ -125,7 +91,7 @@ class IsoComputeTrainer(PPOTrainerSync):
             self.n_train = int(self.n_train)
         self.pass_rate_bins = int(OmegaConf.select(config, "isocompute.pass_rate_bins", default=10))
         run_dir = iso.get("run_dir") or config.trainer.default_local_dir
-        self.run_log = RunLog(Path(run_dir) / RUN_LOG)
+        self.run_log = RunLogWriter(run_dir)
         self.compute = ComputeCounter()
         self._step_info: dict = {}
         self._val_info: dict = {}
@@ -138,9 +104,9 @@ class IsoComputeTrainer(PPOTrainerSync):
 
         actor_config = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
         self.actor_rollout_wg.set_loss_fn(partial(isocompute_ppo_loss, config=actor_config))
-        self.compute = self.run_log.resume(self.global_steps)
-        if not any("header" in r for r in self.run_log.rows()):
-            self.run_log.append({"header": self._header()})
+        last = self.run_log.resume(self.global_steps)
+        self.compute = ComputeCounter(last["rollouts"], last["tokens"]) if last else ComputeCounter()
+        self.run_log.write_header(self._header())
 
     def _header(self) -> dict:
         from importlib.metadata import version
@@ -168,10 +134,11 @@ class IsoComputeTrainer(PPOTrainerSync):
     def _compute_advantage(self, batch, metrics: dict):
         import transfer_queue as tq
         from tensordict import TensorDict
-
         from verl.protocol import DataProto
         from verl.trainer.ppo.ray_trainer import apply_kl_penalty
-        from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+        from verl.trainer.ppo.rollout_corr_helper import (
+            compute_rollout_correction_and_add_to_batch,
+        )
         from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
         from verl.workers.utils.padding import response_to_nested
 

@@ -41,7 +41,7 @@ def _gen_arg(text: str) -> tuple[str, object]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from verl_isocompute.data import curate as c
+    from verl_isocompute.workflow import curate as c
 
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", nargs="+", metavar="FILE", help="verl-format parquet files (prompt, reward_model.ground_truth, ...)")
@@ -109,8 +109,8 @@ def _recipe_overrides(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from verl_isocompute.data import curate as c
-    from verl_isocompute.main import RecipeError
+    from verl_isocompute.training.config import RecipeError
+    from verl_isocompute.workflow import curate as c
 
     try:
         from verl_isocompute.cpu.models import ModelError
@@ -138,8 +138,11 @@ def run(args: argparse.Namespace) -> int:
         if problems.empty:
             raise c.CurateError(f"no usable problem among {len(df)}: {skipped['reason'].value_counts().to_dict()}")
 
-        from verl_isocompute.compose import compose_recipe
-        from verl_isocompute.main import prepare_model, prepare_platform
+        from verl_isocompute.training.config import (
+            compose_recipe,
+            prepare_model,
+            prepare_platform,
+        )
 
         cfg = compose_recipe(args.recipe, _recipe_overrides(args))
         prepare_platform(cfg)
@@ -155,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
             "model": str(cfg.actor_rollout_ref.model.path), "rollout": str(rollout.name), "k": args.k,
             "temperature": float(rollout.temperature), "top_p": float(rollout.top_p), "top_k": int(rollout.top_k),
             "max_response_length": int(rollout.response_length),
-            "reward": f"{reward.get('path')}:{reward.get('name')}" if reward.get("path") else "verl_isocompute.reward:compute_score",
+            "reward": f"{reward.get('path')}:{reward.get('name')}" if reward.get("path") else "verl_isocompute.training.reward:compute_score",
         }
         cache = c.SampleCache(args.out, settings, restart=args.restart)
     except (c.CurateError, RecipeError, ModelError) as exc:
@@ -192,8 +195,8 @@ def _sample(cfg, args, pending_rows, cache, records) -> list[dict] | None:
     """Sample the pending problems into the cache; returns the too-long skips, or None if interrupted."""
     from tqdm import tqdm
 
-    from verl_isocompute.data import curate as c
-    from verl_isocompute.data.rollouts import KSampler, ProblemTooLong, sample
+    from verl_isocompute.workflow import curate as c
+    from verl_isocompute.workflow.rollouts import KSampler, ProblemTooLong, sample
 
     sampler = KSampler(cfg, args.k, args.concurrency)
     ready, too_long = [], []

@@ -20,7 +20,7 @@ into train and validation problems (disjoint; the paper holds out 300, fewer for
 
 This module is the part without verl: loading problems, screening them, the per-problem sample cache,
 the difficulty table, splits, mixtures, the histogram (the paper's Figure 2) and the report. Sampling
-with verl's rollout servers is :mod:`verl_isocompute.data.rollouts`; the command is ``isocompute curate``.
+with verl's rollout servers is :mod:`verl_isocompute.workflow.rollouts`; the command is ``isocompute curate``.
 
 A problem's id is a hash of its prompt and ground truth, so the cache (``samples.jsonl``, one line per
 sampled problem, appended as problems finish) survives reordering and lets an interrupted curation
@@ -34,13 +34,14 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
+
+from verl_isocompute import atomic
 
 DEFAULT_K = 16
 DEFAULT_TEMPERATURE = 0.6
@@ -175,7 +176,7 @@ def answer_checks_out(ground_truth: str) -> bool:
 
     If it does not, math-verify cannot parse it, and no response could ever be scored correct.
     """
-    from verl_isocompute.reward import compute_score
+    from verl_isocompute.training.reward import compute_score
 
     return bool(compute_score("curate", f"\\boxed{{{ground_truth}}}", ground_truth)["acc"])
 
@@ -234,7 +235,7 @@ class SampleCache:
                     f"{out_dir} holds samples taken with other settings ({what}); use another --out, "
                     "or --restart to discard them"
                 )
-        _write_text_atomic(self.settings_path, json.dumps(settings, indent=2) + "\n")
+        atomic.write_text(self.settings_path, json.dumps(settings, indent=2) + "\n")
         self._file = None
 
     def load(self) -> dict[str, dict[str, Any]]:
@@ -266,7 +267,7 @@ class SampleCache:
 
 def difficulty_table(problems: pd.DataFrame, records: dict[str, dict[str, Any]], k: int) -> pd.DataFrame:
     """One row per sampled problem: k, correct, avg@k, pass@k, mean response tokens, truncated share."""
-    from verl_isocompute.metrics import best_at_k
+    from verl_isocompute.training.metrics import best_at_k
 
     rows = []
     for pid, source in zip(problems["problem_id"], problems.get("data_source", pd.Series([None] * len(problems)))):
@@ -355,19 +356,9 @@ def train_val_split(ids: list[str], val_size: int = DEFAULT_VAL_SIZE, max_val_fr
 # --- outputs ----------------------------------------------------------------------------------------
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def _write_parquet_atomic(frame: pd.DataFrame, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    with atomic.replacing(path) as tmp:
+        frame.to_parquet(tmp, index=False)
     return path
 
 
@@ -407,11 +398,9 @@ def plot_difficulty(difficulty: pd.DataFrame, thresholds: Thresholds, k: int, pa
     ax.set_title(title or f"Difficulty of {len(difficulty)} problems")
     ax.legend(loc="upper center", fontsize=8)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    fig.savefig(tmp, dpi=120)
+    with atomic.replacing(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
     return path
 
 
@@ -463,8 +452,8 @@ def write_outputs(
         "mean_avg_at_k": float(difficulty["avg@k"].mean()) if len(difficulty) else None,
         "thresholds": asdict(thresholds),
     }
-    _write_text_atomic(out_dir / "report.md", render_report(summary, settings, skipped))
-    _write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    atomic.write_text(out_dir / "report.md", render_report(summary, settings, skipped))
+    atomic.write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     return summary
 
 

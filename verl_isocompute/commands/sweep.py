@@ -42,7 +42,7 @@ def _error(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from verl_isocompute.sweep.plan import PlanError, describe, load_plan
+    from verl_isocompute.workflow.sweep.plan import PlanError, describe, load_plan
 
     try:
         plan = load_plan(args.plan)
@@ -64,7 +64,7 @@ def _batch_check(cfg):
     """The recipe's fixed micro-batch sizes, as a per-cell check (see plan.micro_batch_issue)."""
     from omegaconf import OmegaConf
 
-    from verl_isocompute.sweep.plan import micro_batch_issue
+    from verl_isocompute.workflow.sweep.plan import micro_batch_issue
 
     def get(key, default=None):
         return OmegaConf.select(cfg, key, default=default)
@@ -83,7 +83,7 @@ def _batch_check(cfg):
 
 def _configure_ray(executor, plan, cfg) -> None:
     """Private or joined Ray instances per cell, the GPUs a cell reserves, the workers' environment."""
-    from verl_isocompute.sweep import runner
+    from verl_isocompute.workflow.sweep import runner
 
     nnodes = int(cfg.trainer.get("nnodes", 1) or 1)
     mode = plan.ray.get("mode", "auto")
@@ -109,10 +109,9 @@ def _configure_ray(executor, plan, cfg) -> None:
 def _run_sweep(plan, args: argparse.Namespace) -> int:
     import signal
 
-    from verl_isocompute.compose import compose_recipe
-    from verl_isocompute.main import RecipeError
-    from verl_isocompute.sweep import runner
-    from verl_isocompute.sweep.plan import PlanError, cell_overrides
+    from verl_isocompute.training.config import RecipeError, compose_recipe
+    from verl_isocompute.workflow.sweep import runner
+    from verl_isocompute.workflow.sweep.plan import PlanError, cell_overrides
 
     sweep_dir = Path(plan.sweep_dir)
     address = args.ray_address or plan.ray.get("address")

@@ -1,0 +1,34 @@
+"""Old import paths (0.1) still work for one release and give the very same module objects."""
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from verl_isocompute._compat import MOVED
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_old_path_is_the_new_module(old):
+    new = importlib.import_module(MOVED[old])
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match="moved to"):
+        assert importlib.import_module(old) is new
+
+
+def test_old_names_work_in_a_fresh_interpreter():
+    code = (
+        "import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
+        "try:\n    import verl_isocompute.allocation\nexcept DeprecationWarning as w:\n    print('warned', w)\n"
+        "warnings.simplefilter('ignore')\n"
+        "from verl_isocompute.allocation import allocate\n"
+        "from verl_isocompute.scaling.allocation import allocate as new\n"
+        "assert allocate is new\n"
+        "import verl_isocompute.reward, verl_isocompute.training.reward as r\n"
+        "assert verl_isocompute.reward is r\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "warned verl_isocompute.allocation moved to verl_isocompute.scaling.allocation" in out
+    assert out.strip().endswith("ok")

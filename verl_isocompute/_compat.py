@@ -1,0 +1,63 @@
+"""Old import paths of modules that moved in 0.2, kept working for one release (listed in CHANGELOG.md).
+
+``import verl_isocompute.trainer`` (or ``pkg://verl_isocompute.reward`` in a verl config) still works: a
+finder at the front of ``sys.meta_path`` maps exactly the old names to the modules' new homes, so both
+names are the *same* module object (no second copy, no second registration), and warns with the new
+name. It must come first: ``verl_isocompute.sweep`` is now ``workflow/sweep/``, and the default finder
+would otherwise load ``verl_isocompute.sweep.plan`` a second time from that directory.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+
+# old module path -> new module path (0.1 -> 0.2)
+MOVED: dict[str, str] = {
+    "verl_isocompute.advantage": "verl_isocompute.training.advantage",
+    "verl_isocompute.regularizers": "verl_isocompute.training.regularizers",
+    "verl_isocompute.trainer": "verl_isocompute.training.trainer",
+    "verl_isocompute.reward": "verl_isocompute.training.reward",
+    "verl_isocompute.lr": "verl_isocompute.training.lr",
+    "verl_isocompute.metrics": "verl_isocompute.training.metrics",
+    "verl_isocompute.compose": "verl_isocompute.training.config",
+    "verl_isocompute.allocation": "verl_isocompute.scaling.allocation",
+    "verl_isocompute.allocation_cli": "verl_isocompute.commands.allocate",
+    "verl_isocompute.cli": "verl_isocompute.commands.cli",
+    "verl_isocompute.demo": "verl_isocompute.commands.demo",
+    "verl_isocompute.doctor": "verl_isocompute.commands.doctor",
+    "verl_isocompute.scaling.cli": "verl_isocompute.commands.fit",
+    "verl_isocompute.data.curate": "verl_isocompute.workflow.curate",
+    "verl_isocompute.data.curate_cli": "verl_isocompute.commands.curate",
+    "verl_isocompute.data.rollouts": "verl_isocompute.workflow.rollouts",
+    "verl_isocompute.sweep": "verl_isocompute.workflow.sweep",
+    "verl_isocompute.sweep.plan": "verl_isocompute.workflow.sweep.plan",
+    "verl_isocompute.sweep.runner": "verl_isocompute.workflow.sweep.runner",
+    "verl_isocompute.sweep.cli": "verl_isocompute.commands.sweep",
+}
+
+
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Resolves an old name to the already-importable new module."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self, is_package=fullname == "verl_isocompute.sweep")
+
+    def create_module(self, spec):
+        new = MOVED[spec.name]
+        warnings.warn(f"{spec.name} moved to {new}; the old name goes away in 0.3", DeprecationWarning, stacklevel=2)
+        return importlib.import_module(new)
+
+    def exec_module(self, module) -> None:
+        pass  # the new module is already executed
+
+
+def install() -> None:
+    """Add the alias finder once (idempotent). It claims only the names in :data:`MOVED`."""
+    if not any(isinstance(f, _Alias) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Alias())

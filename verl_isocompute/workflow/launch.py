@@ -1,0 +1,139 @@
+"""Start a verl run as a child process, and stop it *and everything it started* on request.
+
+A verl run is a driver process plus a Ray instance (raylet, GCS, dashboard, workers: ~18 processes on
+CPU, several GB). Stopping only the driver leaves the rest running. So a run we launch (the demo, a
+sweep cell) gets a process session of its own, and :func:`stop` ends the whole family: SIGTERM to the
+session's process group, then whatever of the process tree is left, then any Ray process that still
+names the driver's Ray session (a worker that was starting while its raylet died is re-parented to init
+and escapes both the group and the tree).
+
+:func:`deferred_signals` turns SIGTERM/SIGINT into an :class:`Interrupted` exception raised where the
+caller checks for it, so a command can stop its children and save its state before it exits.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+# How long a stopped run gets to exit on SIGTERM before its processes are killed.
+STOP_GRACE_S = 20.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Interrupted(Exception):
+    """SIGTERM or SIGINT arrived; ``exit_code`` is the shell convention 128 + signal number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class SignalLatch:
+    """Records SIGTERM/SIGINT; :meth:`check` raises :class:`Interrupted` for the first one received."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+
+    def __call__(self, signum, frame) -> None:
+        self.received.append(signum)
+
+    def check(self) -> None:
+        if self.received:
+            raise Interrupted(self.received[0])
+
+
+@contextmanager
+def deferred_signals() -> Iterator[SignalLatch]:
+    """Within the block SIGTERM/SIGINT only set a latch; the caller decides when to act on it."""
+    latch = SignalLatch()
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, latch)
+    try:
+        yield latch
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def start(cmd: list[str], log_path: str | os.PathLike, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start ``cmd`` in a session of its own, stdout and stderr into ``log_path``, stdin closed.
+
+    The child starts a private Ray instance (``RAY_ADDRESS=local``): a cluster someone else started on
+    this machine is never joined by accident.
+    """
+    env = dict(os.environ if env is None else env)
+    env["RAY_ADDRESS"] = "local"
+    with open(Path(log_path), "w") as log:
+        return subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+        )
+
+
+def stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM the child's process group, then kill whatever of it (and its descendants) is left."""
+    import psutil
+
+    if proc.poll() is not None:
+        _kill(ray_session_processes(proc.pid))
+        return
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        family = []
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    for p in family:  # Ray may have moved some of verl's processes into sessions of their own
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(family, timeout=5)
+    _kill(alive)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    _kill(ray_session_processes(proc.pid))
+
+
+def _kill(processes) -> None:
+    import psutil
+
+    for p in processes:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def ray_session_processes(driver_pid: int) -> list:
+    """Live processes of the Ray instance a driver started: their command lines name ``session_<time>_<pid>``."""
+    import psutil
+
+    pattern = re.compile(rf"session_\d{{4}}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_{driver_pid}(?!\d)")
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if p.pid != os.getpid() and pattern.search(" ".join(p.info["cmdline"] or [])) and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
