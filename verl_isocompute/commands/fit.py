@@ -15,30 +15,32 @@ import shlex
 import sys
 from pathlib import Path
 
+from verl_isocompute.scaling.pipeline import FitOptions, run_fit
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUNS", help="run directories, log files, or directories to search")
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="output directory (created if needed)")
-    parser.add_argument("--metric", default="val/avg@4",
+    parser.add_argument("--metric", default=FitOptions.metric,
                         help="logged metric to maximise (default val/avg@4; val/best@4 or val/worst@4 give their own n*)")
-    parser.add_argument("--compute", choices=("rollouts", "tokens"), default="rollouts",
+    parser.add_argument("--compute", choices=("rollouts", "tokens"), default=FitOptions.compute,
                         help="compute unit C: cumulative rollouts (default) or generated tokens")
-    parser.add_argument("--bucket", type=float, default=0.01,
+    parser.add_argument("--bucket", type=float, default=FitOptions.bucket,
                         help="reward bucket width for record-breaking points (default 0.01; 0 = none)")
-    parser.add_argument("--group-by", choices=("n", "n,b_problem"), default="n", metavar="{n | n,b_problem}",
+    parser.add_argument("--group-by", choices=("n", "n,b_problem"), default=FitOptions.group_by, metavar="{n | n,b_problem}",
                         help="one curve per n (B_problem fixed, default) or per (n, B_problem) for the joint sweep")
-    parser.add_argument("--fit-on", choices=("all", "records"), default="all",
+    parser.add_argument("--fit-on", choices=("all", "records"), default=FitOptions.fit_on,
                         help="fit each group's curve to all validation points (default) or to its record-breaking points")
     parser.add_argument("--per-group-r0", action="store_true",
                         help="fit R0 (reward at C -> 0) per group instead of sharing one across groups")
-    parser.add_argument("--ema", type=float, default=0.0,
+    parser.add_argument("--ema", type=float, default=FitOptions.ema,
                         help="per-run EMA smoothing of the metric, weight of the past in [0, 1) (default 0 = off)")
-    parser.add_argument("--window", type=int, default=5,
+    parser.add_argument("--window", type=int, default=FitOptions.window,
                         help="running-average window over the n*(C) grid, in grid points (default 5 = 1/4 decade)")
-    parser.add_argument("--k-max", type=float, default=50.0, help="upper bound on the sigmoid's k (default 50)")
-    parser.add_argument("--bootstrap", type=int, default=200,
+    parser.add_argument("--k-max", type=float, default=FitOptions.k_max, help="upper bound on the sigmoid's k (default 50)")
+    parser.add_argument("--bootstrap", type=int, default=FitOptions.bootstrap,
                         help="bootstrap resamples over runs for confidence intervals (default 200; 0 = none)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--seed", type=int, default=FitOptions.seed, help="bootstrap seed (default 0)")
     parser.add_argument("--n", type=int, default=None, help="n for logs that do not record it (verl file logs, CSVs)")
     parser.add_argument("--b-problem", type=int, default=None,
                         help="B_problem (data.train_batch_size) for logs that do not record it")
@@ -48,40 +50,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a curve to compare with in the report and plot: paper:<name> or a curve.json")
 
 
+def options_from_args(args: argparse.Namespace) -> FitOptions:
+    return FitOptions(
+        metric=args.metric, compute=args.compute, bucket=args.bucket, group_by=args.group_by, fit_on=args.fit_on,
+        shared_r0=not args.per_group_r0, ema=args.ema, window=args.window, k_max=args.k_max,
+        bootstrap=args.bootstrap, seed=args.seed, n=args.n, b_problem=args.b_problem,
+        derive_compute=args.derive_compute,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from verl_isocompute.scaling.curve import CurveError, load_curve
     from verl_isocompute.scaling.errors import FitError, ScalingError
-    from verl_isocompute.scaling.fit import fit_frontier
-    from verl_isocompute.scaling.frontier import build_frontier
-    from verl_isocompute.scaling.records import load_runs
-    from verl_isocompute.scaling.report import write_outputs
 
     try:
-        if args.bootstrap < 0:
-            raise ScalingError(f"--bootstrap must be >= 0, got {args.bootstrap}")
         compare = load_curve(args.compare) if args.compare else None
-        if compare is not None and compare.compute_unit != args.compute:
-            raise ScalingError(
-                f"{args.compare} counts compute in {compare.compute_unit}, this fit in {args.compute}; "
-                f"pass --compute {compare.compute_unit} or compare with another curve"
-            )
-        logs = load_runs(args.runs, n=args.n, b_problem=args.b_problem, derive_compute=args.derive_compute)
-        frontier = build_frontier(logs, metric=args.metric, compute=args.compute, bucket=args.bucket, ema=args.ema)
-        result = fit_frontier(
-            frontier, group_by=args.group_by, fit_on=args.fit_on, shared_r0=not args.per_group_r0,
-            window=args.window, k_max=args.k_max, bootstrap=args.bootstrap, seed=args.seed,
-        )
+        outcome = run_fit(args.runs, args.out, options_from_args(args), compare=compare,
+                          compare_label=args.compare, command=_command(args))
     except FitError as exc:
         _error(f"{exc}\nNothing was written; previous outputs in {args.out} are untouched.")
         return 1
     except (ScalingError, CurveError) as exc:
         _error(str(exc))
         return 2
-    try:
-        written = write_outputs(result, args.out, compare=compare, compare_label=args.compare, command=_command(args))
     except OSError as exc:
         _error(f"cannot write to {args.out}: {exc}; previous outputs are untouched")
         return 2
+    result, written = outcome.result, outcome.written
 
     for note in result.frontier.notes:
         print(f"note: {note}", file=sys.stderr)

@@ -75,9 +75,16 @@ def resolve_lr(
     b_ref: float = B_REF,
     rule: str = "sqrt",
     warmup_steps: int = WARMUP_STEPS,
+    n_train: int | None = None,
 ) -> LRDecision:
-    """Resolve the recipe's lr for B = b_problem * n rollouts per step."""
-    batch = int(b_problem) * int(n)
+    """Resolve the recipe's lr for B = b_problem * n rollouts per step.
+
+    ``n_train``: under the decoupled baseline (appendix C) only n_train of the n = n_est rollouts of a
+    problem enter the gradient, so B counts b_problem * n_train (the compute C still counts all n).
+    """
+    if n_train is not None and not (1 <= int(n_train) <= int(n)):
+        raise ValueError(f"n_train must be in [1, n={n}], got {n_train}")
+    batch = int(b_problem) * int(n if n_train is None else n_train)
     if warmup_steps < 0:
         raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
     return LRDecision(

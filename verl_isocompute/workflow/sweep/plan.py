@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from verl_isocompute.scaling.pipeline import FitOptions
 
 # The paper's grid (arXiv 2603.12151, section 4): powers of two.
 PAPER_B_PROBLEM: tuple[int, ...] = tuple(2**i for i in range(5, 11))  # 32 .. 1024
@@ -62,7 +64,7 @@ _TOP_KEYS = {
     "name", "recipe", "overrides", "data", "budget_rollouts", "b_problem", "n", "b_max", "val_points",
     "test_freq", "sweep_dir", "fit", "ray",
 }
-_FIT_KEYS = {"metric", "compute", "group_by", "bootstrap", "bucket", "fit_on", "window", "k_max", "ema", "seed"}
+_FIT_KEYS = {f.name for f in fields(FitOptions)}  # a plan's fit: block is isocompute fit's options
 _RAY_KEYS = {"address", "max_concurrent", "python", "env_vars", "mode", "num_gpus", "num_cpus"}
 
 

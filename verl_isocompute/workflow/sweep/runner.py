@@ -515,31 +515,25 @@ class Sweep:
     # -- the fit -----------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
         """Fit the frontier and n*(C) on the finished cells (``verl_isocompute.scaling``); record the outcome."""
-        from verl_isocompute import scaling
+        from verl_isocompute.scaling.errors import FitError, ScalingError
+        from verl_isocompute.scaling.pipeline import FitOptions, run_fit
 
         runs = self.finished_run_dirs()
         out_dir = self.dir / FIT_DIR
-        opts = dict(self.plan.fit)
         record: dict[str, Any] = {"out": FIT_DIR, "runs": len(runs), "time": time.time()}
         if not runs:
             record.update(status="skipped", reason="no finished cell to fit")
         else:
             try:
-                logs = scaling.load_runs([str(r) for r in runs])
-                frontier = scaling.build_frontier(
-                    logs, metric=opts.get("metric", "val/avg@4"), compute=opts.get("compute", "rollouts"),
-                    bucket=opts.get("bucket", 0.01), ema=opts.get("ema", 0.0),
-                )
-                kwargs = {k: opts[k] for k in ("group_by", "fit_on", "window", "k_max", "bootstrap", "seed") if k in opts}
-                result = scaling.fit_frontier(frontier, **kwargs)
-                scaling.write_outputs(result, out_dir, command=f"isocompute sweep --plan {self.plan.source}")
-            except (scaling.ScalingError, scaling.FitError) as exc:
+                outcome = run_fit([str(r) for r in runs], out_dir, FitOptions.from_dict(dict(self.plan.fit)),
+                                  command=f"isocompute sweep --plan {self.plan.source}")
+            except (ScalingError, FitError, ValueError) as exc:
                 record.update(status="failed", reason=str(exc))
             else:
-                if result.curve is None:
-                    record.update(status="no_curve", reason=result.no_curve_reason)
+                if outcome.curve is None:
+                    record.update(status="no_curve", reason=outcome.result.no_curve_reason)
                 else:
-                    c = result.curve
+                    c = outcome.curve
                     record.update(status="fitted", curve=str(out_dir / "curve.json"),
                                   params={"L": c.L, "k": c.k, "log10_C0": c.log10_C0, "b": c.b})
         self.state.data["fit"] = record

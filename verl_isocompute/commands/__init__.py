@@ -1,0 +1,1 @@
+"""The ``isocompute`` subcommands: argument parsing and printing over library functions (``cli`` dispatches)."""
