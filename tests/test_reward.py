@@ -72,6 +72,70 @@ def test_answer_pairs(solution, ground_truth, correct):
     assert out == {"score": float(correct), "acc": correct, "pred": reward.extract_answer(solution)}
 
 
+# The extraction rule of the module docstring, case by case: (model output, ground truth, extracted answer, score).
+# "was:" is what the code before this rule (first marker on a line wins, the rest of the line verified) did.
+EXTRACTION_RULE = [
+    # the last answer marker wins, within a line and across lines
+    ("The answer is 5. Answer: 6", "6", "6", 1.0),  # was: "5", score 0
+    ("the answer is 7 but I made an error, the answer: it is 6", "6", "", 0.0),  # was: the whole remainder, score 1
+    ("The answer is 5, no wait, the final answer is 6.", "6", "6", 1.0),  # was: "5, no wait, the final answer is 6"
+    ("Answer: 5\nOn reflection, the answer is 6.", "6", "6", 1.0),
+    # marker forms; a heading without "is" or ":" is not a marker
+    ("ANSWER: 12", "12", "12", 1.0),
+    ("Final answer: 12", "12", "12", 1.0),
+    ("So the final answer is 12", "12", "12", 1.0),
+    ("The answer is: 12", "12", "12", 1.0),
+    ("**Final Answer:** 12", "12", "12", 1.0),
+    ("**Answer:** **42**", "42", "42", 1.0),
+    ("Final Answer: The final answer is $12$. I hope it is correct.", "12", "12", 1.0),
+    ("#### $1,234", "1234", "1,234", 1.0),
+    ("**Final Answer**\n\n12", "12", "", 0.0),
+    # prose after the marker: no answer, score 0
+    ("Answer: it depends", "6", "", 0.0),  # was: "it depends"
+    ("Answer: it is 6", "6", "", 0.0),  # was: "it is 6"
+    ("The answer is not 5", "5", "", 0.0),  # was: "not 5"
+    ("So the answer is therefore 6", "6", "", 0.0),  # was: "therefore 6"
+    # an answer followed by a sentence end or trailing words: the words are dropped
+    ("The answer is 42. Done.", "42", "42", 1.0),
+    ("The answer is 42 because 6 times 7 is 42", "42", "42", 1.0),  # was: the whole remainder, score 0
+    ("The answer is 42 apples, since 40 + 2 = 42.", "42", "42", 1.0),  # was: "42 apples, since 40 + 2 = 42", 0
+    ("The answer is (B) because the others fail.", "B", "(B)", 1.0),  # was: "(B) because the others fail", 0
+    ("Answer: 5? No, 6", "5", "5", 1.0),  # was: "5? No, 6", score 0
+    ("I wonder whether the answer is 6 or 7", "6", "6", 1.0),  # was: "6 or 7", score 0
+    ("The answer is a multiple of 6", "6", "a", 0.0),  # was: "a multiple of 6"
+    # LaTeX answers, delimited or not
+    ("The answer is $\\frac{1}{2}$.", "0.5", "\\frac{1}{2}", 1.0),
+    ("answer: \\frac{1}{2} since halves", "0.5", "\\frac{1}{2}", 1.0),  # was: "\\frac{1}{2} since halves", 0
+    ("The answer is $x^2$", "x^2", "x^2", 1.0),
+    ("Answer: \\(3\\)", "3", "3", 1.0),
+    ("The answer is \\[ \\sqrt{2} \\]", "\\sqrt{2}", "\\sqrt{2}", 1.0),
+    ("The final answer is $2ab$. I hope it is correct.", "2ab", "2ab", 1.0),
+    ("Answer: 3 \\text{ cm}", "3", "3 \\text{ cm}", 1.0),
+    ("The answer is $5 and the other is $6", "5", "5", 1.0),  # was: "5 and the other is", score 0
+    # negative numbers, decimals, thousands separators
+    ("The answer is -3.5.", "-3.5", "-3.5", 1.0),
+    ("Answer: −7", "-7", "−7", 1.0),
+    ("The answer is .5", "1/2", ".5", 1.0),
+    ("The answer is 3.14, roughly", "3.14", "3.14", 1.0),  # was: "3.14, roughly", score 0
+    ("The answer is 1,234,567.", "1234567", "1,234,567", 1.0),
+    ("The answer is 1,234, which is even.", "1234", "1,234", 1.0),  # was: "1,234, which is even", score 0
+    # words glued to the math, unfinished expressions: no answer
+    ("The answer is 2xy", "2xy", "", 0.0),  # was: "2xy", score 1 (now needs a box or $...$)
+    ("The answer is 42 (rounded).", "42", "", 0.0),  # was: "42 (rounded)"
+    ("The answer is 5 + half", "5", "", 0.0),  # was: "5 + half"
+    # a box wins over any answer marker, also a later one
+    ("\\boxed{5}. Answer: 6", "5", "5", 1.0),
+    ("\\boxed{5}. Answer: 6", "6", "5", 0.0),
+    ("The answer is 6. Checking: \\boxed{5}", "5", "5", 1.0),
+]
+
+
+@pytest.mark.parametrize("solution, ground_truth, pred, score", EXTRACTION_RULE)
+def test_extraction_rule(solution, ground_truth, pred, score):
+    out = reward.compute_score(data_source="math", solution_str=solution, ground_truth=ground_truth, extra_info={})
+    assert out == {"score": score, "acc": bool(score), "pred": pred}
+
+
 @pytest.mark.parametrize(
     "solution, answer",
     [
@@ -91,9 +155,15 @@ def test_extract_answer(solution, answer):
 
 
 def test_extraction_is_linear_time_on_adversarial_output():
-    text = "\\boxed{" * 50_000 + "answer is " * 20_000
+    texts = [
+        "\\boxed{" * 50_000 + "answer is " * 20_000,
+        "Answer: " + "(1+" * 20_000,  # a long expression that is left unfinished
+        "Answer: $" + "x " * 30_000 + "$",
+        "Answer: " + "\\text{ " * 20_000,
+    ]
     start = time.perf_counter()
-    reward.extract_answer(text)
+    for text in texts:
+        reward.extract_answer(text)
     assert time.perf_counter() - start < 2.0
 
 

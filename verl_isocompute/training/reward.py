@@ -7,9 +7,35 @@ Use it as verl's custom reward::
     reward.custom_reward_function.path=pkg://verl_isocompute.training.reward
     reward.custom_reward_function.name=compute_score
 
-The answer is the content of the last complete ``\\boxed{...}`` (nested braces and nested boxes allowed);
-without one, the last final-answer line ("Answer: 42", "The final answer is $42$", "#### 42"). Only that
-string is verified against the ground truth: no reasoning text reaches sympy.
+Extraction: what reaches the verifier. Only the answer expression is verified against the ground truth;
+no reasoning text reaches sympy (math-verify pulls numbers out of prose: handed "7 but I made an error,
+the answer: it is 6" it scores 6 correct).
+
+1. A box wins. The content of the complete ``\\boxed{...}`` / ``\\fbox{...}`` that starts last (nested
+   braces and boxes allowed), as written, even if an answer marker follows it: the box is the answer
+   format the recipe's prompts ask for and verl's own MATH reward reads, and text after it is mostly a
+   restatement. ``"\\boxed{5}. Answer: 6"`` -> ``5``.
+2. Else the last answer marker wins, across lines and within a line. A marker is the word "answer"
+   followed by "is" or ":" (any case, any words and markdown before or around it: "Answer:",
+   "The answer is", "Final answer:", "**Final Answer:**", "the final answer is:"), or "####" at the start
+   of a line (GSM8K). ``"The answer is 5. Answer: 6"`` -> ``6``.
+3. After the last marker comes the answer expression, or there is no answer (score 0).
+
+   - Delimited math (``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``) right after the marker: the
+     span's content, taken as LaTeX, so multi-letter names are math (``$2ab$`` -> ``2ab``). Only a run of
+     two plain words ends it, as when ``$`` was a currency sign (``"$5 and the other is $6"`` -> ``5``).
+   - Otherwise the start of the rest of the line, made of numbers (``-3.5``, ``1,234``), operators and
+     brackets, LaTeX commands (``\\frac{1}{2}``, ``\\pi``), labels and units (``3 \\text{ cm}``),
+     single-letter names (``x``, ``(B)``, even an English "a", which can only match a letter answer) and
+     the names in :data:`_MATH_NAMES` (``sin``, ``log``...). It ends at a sentence end (". " or a final
+     "."), at a character that is not math (``?``, ``"``, a dash), or before the first plain word of two
+     or more letters that follows a space; such trailing words are dropped: ``"The answer is 42. Done."``
+     and ``"The answer is 42 because 6*7"`` -> ``42``. Markdown bold and a leading currency ``$`` are
+     dropped (``"#### $18"`` -> ``18``).
+   - No answer when the expression is empty (``"Answer: it depends"``, ``"answer: it is 6"``,
+     ``"the answer is therefore 6"``), when a plain word is glued to the math (``"2xy"``,
+     ``"42 (rounded)"``: cutting there would change the answer; such answers need a box or math
+     delimiters), or when what is left is unfinished (``"5 + half"`` leaves ``5 +``; a bracket left open).
 
 Why a worker process. verl calls a synchronous reward function from a thread pool. math-verify bounds
 its time with ``signal.alarm``, which works only on the main thread (off it every call fails), and sympy
@@ -52,11 +78,23 @@ STARTUP_TIMEOUT_SECONDS = 120.0
 # Answer extraction (in the caller's thread: linear-time string work, no sympy).
 
 _BOX_TOKEN = re.compile(r"\\(?:boxed|fbox)\s*\{|\{|\}")
-_ANSWER_LINE = re.compile(
-    r"\banswer\b[*\s]*(?:is\b|:)[*\s:]*(?P<answer>[^\n]*)|^[ \t]*####[ \t]*(?P<gsm8k>[^\n]*)",
-    re.IGNORECASE | re.MULTILINE,
+_ANSWER_MARKER = re.compile(r"\banswer\b[*\s]*(?:is\b|:)[*\s:]*|^[ \t]*####[ \t]*", re.IGNORECASE | re.MULTILINE)
+_MATH_SPAN = re.compile(r"\$\$?(?P<a>[^$]+)\$\$?|\\\((?P<b>.+?)\\\)|\\\[(?P<c>.+?)\\\]", re.DOTALL)
+# One token of an answer expression; text at which none matches (e.g. "?", a dash, a quote) ends it.
+_TOKEN = re.compile(
+    r"(?P<label>\\(?:text|textbf|textit|mathrm|mbox|operatorname)\s*\{[^{}]*\})"  # units, labels: kept whole
+    r"|(?P<command>\\(?:[A-Za-z]+|[^A-Za-z\s]))"
+    r"|(?P<word>[^\W\d_]+)"
+    r"|(?P<space>\s+)"
+    r"|(?P<end>\.(?=\s|$))"
+    r"|(?P<symbol>[\d.,+\-*/^_=<>()\[\]{}|!:;'%−×÷±·√∞≤≥≠°])"
 )
-_MATH_SPAN = re.compile(r"\$\$?(?P<a>[^$]+)\$|\\\((?P<b>.+?)\\\)|\\\[(?P<c>.+?)\\\]")
+# Names written without a backslash that are math, not prose.
+_MATH_NAMES = frozenset(
+    "sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh log ln lg exp sqrt pi inf infty "
+    "mod gcd lcm max min".split()
+)
+_PLAIN_WORD = re.compile(r"\s+([^\W\d_]{2,})")
 
 
 def _last_boxed(text: str) -> str | None:
@@ -74,26 +112,57 @@ def _last_boxed(text: str) -> str | None:
     return best
 
 
-def _clean(answer: str) -> str:
-    """The math in an answer-line remainder: its first math span if any, else the text up to the sentence end."""
-    span = _MATH_SPAN.search(answer)
-    if span:
-        return next(g for g in span.groups() if g is not None).strip()
-    answer = re.split(r"\.(?:\s|$)", answer, maxsplit=1)[0]
-    return answer.replace("*", "").strip().strip("$").strip()
+def _is_prose(word: str) -> bool:
+    return len(word) >= 2 and word.lower() not in _MATH_NAMES
+
+
+def _answer_expression(candidate: str, delimited: bool) -> str:
+    """The answer expression at the start of ``candidate`` ("" if none); the rule is in the module docstring.
+
+    ``delimited``: ``candidate`` is the content of a math span, so words are math unless two come in a row.
+    """
+    candidate = candidate.replace("**", "")
+    pos, previous, depth, brackets = 0, "space", 0, 0
+    while pos < len(candidate):
+        token = _TOKEN.match(candidate, pos)
+        if token is None or token.lastgroup == "end":
+            break
+        kind, text = token.lastgroup, token.group()
+        if kind == "word" and _is_prose(text):
+            if delimited:
+                following = _PLAIN_WORD.match(candidate, token.end())
+                if previous == "space" and following and _is_prose(following.group(1)):
+                    break
+            elif previous == "space":
+                break
+            else:
+                return ""  # glued to the math ("2xy", "(rounded)"): cutting there would change the answer
+        elif kind == "symbol":
+            depth += (text == "{") - (text == "}")
+            brackets += (text in "([") - (text in ")]")
+        previous, pos = kind, token.end()
+    expression = candidate[:pos].strip().rstrip(",;:*").strip()
+    if depth or brackets or not re.search(r"\w|∞", expression) or expression[-1] in "+-*/^_=<>−×÷±\\":
+        return ""
+    return expression
 
 
 def extract_answer(solution_str: str) -> str:
-    """The final answer in a model output ("" if there is none): last ``\\boxed{}``, else last answer line."""
+    """The final answer in a model output ("" if there is none): last ``\\boxed{}``, else what follows the
+    last answer marker if it is an answer expression (see the module docstring)."""
     boxed = _last_boxed(solution_str)
     if boxed is not None:
         return boxed.strip()
     last = None
-    for last in _ANSWER_LINE.finditer(solution_str):
+    for last in _ANSWER_MARKER.finditer(solution_str):
         pass
     if last is None:
         return ""
-    return _clean(last.group("answer") if last.group("answer") is not None else last.group("gsm8k"))
+    rest = solution_str[last.end() :]
+    span = _MATH_SPAN.match(rest)
+    if span:
+        return _answer_expression(next(g for g in span.groups() if g is not None), delimited=True)
+    return _answer_expression(rest.partition("\n")[0].lstrip("$"), delimited=False)
 
 
 def _normalise_ground_truth(ground_truth: Any) -> str:
