@@ -17,17 +17,20 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from verl_isocompute.scaling.allocation import (
-    DEFAULT_ALLOCATION_CONFIG,
     DEFAULT_N_GRID,
+    MAX_STEPS,
+    AllocationConfig,
     AllocationError,
     allocate,
+)
+from verl_isocompute.scaling.curve import CurveError, load_curve
+from verl_isocompute.training.allocation_hook import (
     apply_allocation,
     explicit_keys_from_overrides,
     format_decision,
     overrides,
     verl_values,
 )
-from verl_isocompute.scaling.curve import CurveError, load_curve
 
 EASY = load_curve("paper:qwen2.5-7b-easy")
 HARD = load_curve("paper:qwen2.5-7b-hard")
@@ -109,7 +112,7 @@ def test_a_fitted_range_flags_extrapolation():
 def test_a_warmup_longer_than_the_run_is_reported():
     a = allocate(EASY, 2000)
     assert a.steps == 7
-    assert a.reasons == ("warm-up (10 steps) is not shorter than the run (7 steps): lr never reaches 5e-07",)
+    assert a.reasons[-1] == "warm-up (10 steps) is not shorter than the run (7 steps): lr never reaches 5e-07"
 
 
 @settings(max_examples=300, deadline=None)
@@ -343,8 +346,8 @@ def test_recipe_values_are_not_protected():
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"budget_rollouts": "1e6"}, "isocompute.allocation.curve is not set"),
-        ({"curve": "paper:qwen2.5-7b-easy"}, "exactly one of isocompute.allocation.budget_rollouts"),
+        ({"budget_rollouts": "1e6"}, "isocompute.allocation: curve is not set; give a curve.json path or a paper: preset"),
+        ({"curve": "paper:qwen2.5-7b-easy"}, "isocompute.allocation: set exactly one of budget_rollouts and budget_tokens"),
         ({**EASY_1E6, "budget_tokens": "1e9"}, "exactly one of"),
         ({**EASY_1E6, "bmax": 4096}, r"unknown key\(s\) isocompute.allocation.bmax; valid keys: enable"),
         ({**EASY_1E6, "curve": "paper:nope"}, "isocompute.allocation: unknown preset 'paper:nope'; presets:"),
@@ -361,12 +364,11 @@ def test_apply_allocation_in_tokens():
     assert apply_allocation(cfg).n == cfg.actor_rollout_ref.rollout.n == 512
 
 
-def test_default_config_matches_allocate():
-    knobs = set(inspect.signature(allocate).parameters) - {"curve", "budget", "budget_unit"}
-    hook_only = {"enable", "curve", "budget_rollouts", "budget_tokens", "override_user"}
-    assert set(DEFAULT_ALLOCATION_CONFIG) - hook_only == knobs
+def test_allocate_defaults_are_the_config_defaults():
+    knobs = set(inspect.signature(allocate).parameters) - {"curve", "budget", "budget_unit", "n_train"}
+    assert set(AllocationConfig().rule_settings()) == knobs
     defaults = {k: p.default for k, p in inspect.signature(allocate).parameters.items() if k in knobs}
-    assert {k: DEFAULT_ALLOCATION_CONFIG[k] for k in knobs} == defaults
+    assert AllocationConfig().rule_settings() == defaults
 
 
 def test_explicit_keys_normalise_hydra_forms():
