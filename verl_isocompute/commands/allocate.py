@@ -93,7 +93,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _from_recipe(recipe: str, recipe_overrides: list[str]) -> tuple[AllocationConfig, int | None]:
     """The allocation block and n_train of a composed recipe, read as the run's hook reads them."""
-    from verl_isocompute.training.allocation_hook import allocation_settings, decoupled_n_train
+    from verl_isocompute.training.allocation_hook import (
+        allocation_settings,
+        decoupled_n_train,
+    )
     from verl_isocompute.training.config import RecipeError, compose_recipe
 
     # Composing imports verl (its config package), whose import-time notices (engines not installed, no

@@ -45,7 +45,13 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from verl_isocompute.scaling.curve import Curve, load_curve
-from verl_isocompute.training.lr import B_REF, BASE_LR, WARMUP_STEPS, LRDecision, resolve_lr
+from verl_isocompute.training.lr import (
+    B_REF,
+    BASE_LR,
+    WARMUP_STEPS,
+    LRDecision,
+    resolve_lr,
+)
 
 # The paper keeps B_problem >= ~32 on hard sets (arXiv 2603.12151, section 1): the default floor.
 B_PROBLEM_FLOOR = 32
@@ -276,11 +282,9 @@ def _n_from_curve(n_star: float, limits: _Limits, reasons: list[str]) -> int:
 
 def _fit_batch(
     n: int, b_problem: int, floor: int, grid: tuple[int, ...], cap: int, why: str
-) -> tuple[int, int, list[str]]:
-    """Make b_problem * n <= cap: lower b_problem down to ``floor``, then n. Returns (n, b_problem, reasons).
-
-    Raises AllocationError if even ``floor`` x the smallest grid value exceeds ``cap``; callers give the
-    message its context.
+) -> tuple[int, int, list[str]] | None:
+    """Make b_problem * n <= cap: lower b_problem down to ``floor``, then n. Returns (n, b_problem, reasons),
+    or None if even ``floor`` x the smallest grid value exceeds ``cap`` (the caller says why that is).
     """
     if b_problem * n <= cap:
         return n, b_problem, []
@@ -291,7 +295,7 @@ def _fit_batch(
         ]
     fitting = [g for g in grid if floor * g <= cap]
     if not fitting:
-        raise AllocationError(f"b_problem_floor {floor} x smallest n {grid[0]} = {floor * grid[0]} rollouts > {why}")
+        return None
     new_n = max(fitting)
     new_b = min(b_problem, cap // new_n)
     return new_n, new_b, [
@@ -300,8 +304,10 @@ def _fit_batch(
     ]
 
 
-def _smallest_n(limits: _Limits) -> str:
-    return f"n {limits.grid[0]}" + (f" (n_train {limits.n_train})" if limits.n_train is not None else "")
+def _smallest_batch(limits: _Limits) -> str:
+    """Words for the smallest batch the constraints allow, for refusals."""
+    n_train = f" (n_train {limits.n_train})" if limits.n_train is not None else ""
+    return f"b_problem_floor {limits.floor} x smallest n {limits.grid[0]}{n_train} = {limits.floor * limits.grid[0]} rollouts"
 
 
 def _fixed_batch(n: int, budget_rollouts: int, limits: _Limits, reasons: list[str]) -> tuple[int, int]:
@@ -311,7 +317,7 @@ def _fixed_batch(n: int, budget_rollouts: int, limits: _Limits, reasons: list[st
         fitting = [g for g in limits.grid if floor * g <= batch]
         if not fitting:
             raise AllocationError(
-                f"batch_rollouts {batch} is below b_problem_floor {floor} x smallest {_smallest_n(limits)}; "
+                f"batch_rollouts {batch} is below {_smallest_batch(limits)}; "
                 "raise batch_rollouts or lower b_problem_floor / n_grid"
             )
         reasons.append(f"n lowered from {n} to {max(fitting)} so that b_problem = batch_rollouts // n stays >= b_problem_floor {floor}")
@@ -332,22 +338,26 @@ def _capped_batch(n: int, budget_rollouts: int, limits: _Limits, reasons: list[s
     """Step 2: b_problem * n within b_max and within budget / min_steps (b_problem lowered first, then n)."""
     b_problem = limits.b_problem
     if limits.b_max is not None:
-        try:
-            n, b_problem, why = _fit_batch(n, b_problem, limits.floor, limits.grid, limits.b_max, f"b_max {limits.b_max}")
-        except AllocationError as exc:
-            raise AllocationError(f"{exc}; raise b_max or lower b_problem_floor / n_grid") from None
+        fitted = _fit_batch(n, b_problem, limits.floor, limits.grid, limits.b_max, f"b_max {limits.b_max}")
+        if fitted is None:
+            raise AllocationError(
+                f"{_smallest_batch(limits)} > b_max {limits.b_max}; raise b_max or lower b_problem_floor / n_grid"
+            )
+        n, b_problem, why = fitted
         reasons += why
     step_cap = budget_rollouts // limits.min_steps
-    cap_why = f"{step_cap:,} rollouts (budget {budget_rollouts:,} / min_steps {limits.min_steps})"
-    try:
-        n, b_problem, why = _fit_batch(n, b_problem, limits.floor, limits.grid, step_cap, cap_why)
-    except AllocationError:
+    fitted = _fit_batch(
+        n, b_problem, limits.floor, limits.grid, step_cap,
+        f"{step_cap:,} rollouts (budget {budget_rollouts:,} / min_steps {limits.min_steps})",
+    )
+    if fitted is None:
         smallest = limits.floor * limits.grid[0]
         raise AllocationError(
             f"budget of {budget_rollouts:,} rollouts is below {limits.min_steps} step(s) of the smallest batch "
-            f"(b_problem_floor {limits.floor} x {_smallest_n(limits)} = {smallest} rollouts): the minimum budget is "
-            f"{limits.min_steps * smallest:,} rollouts; raise the budget or lower b_problem_floor / min_steps"
-        ) from None
+            f"({_smallest_batch(limits)}): the minimum budget is {limits.min_steps * smallest:,} rollouts; "
+            "raise the budget or lower b_problem_floor / min_steps"
+        )
+    n, b_problem, why = fitted
     reasons += why
     return n, b_problem
 

@@ -141,7 +141,11 @@ def _dataset_size(cfg: DictConfig) -> int:
 
 def prepare_allocation(cfg: DictConfig, explicit_keys: set[str]) -> bool:
     """Apply ``isocompute.allocation`` when enabled; returns whether it ran."""
-    from verl_isocompute.training.allocation_hook import AllocationError, apply_allocation, format_decision
+    from verl_isocompute.training.allocation_hook import (
+        AllocationError,
+        apply_allocation,
+        format_decision,
+    )
 
     if not _select(cfg, "isocompute.allocation.enable", default=False):
         return False
