@@ -49,7 +49,7 @@ BAD_CURVES = [
     ({"L": -1.0}, "L must be >= 0"),
     ({"b": -50}, "b must be >= -3"),
     ({"L": 2000}, "L + b must be <= 30"),
-    ({"log10_C0": 584}, "log10_C0 must be in [0, 20]"),
+    ({"log10_C0": 584}, "log10_C0 must be in [-1, 21]"),
     ({"k": True}, "k must be a finite number, got True"),
     ({"L": "6.09"}, "L must be a finite number, got '6.09'"),
     ({"b": None}, "b must be a finite number, got None"),
@@ -96,6 +96,12 @@ def test_a_valid_curve_round_trips_and_a_bom_is_fine(tmp_path):
 def test_curves_built_in_code_are_checked_too():
     with pytest.raises(CurveError, match="k must be > 0"):
         replace(EASY, k=-1.0)
+
+
+def test_curves_at_the_fitters_bounds_are_accepted():
+    # `isocompute fit` bounds L >= 0, k >= 1e-3, b >= log2(smallest n) - 3, log10_C0 within a decade of the C seen
+    for params in ({"L": 0.0, "k": 1e-3, "b": -3.0, "log10_C0": -1.0}, {"L": 27.0, "k": 50.0, "b": 3.0, "log10_C0": 21.0}):
+        assert replace(EASY, **params).n_star(1e6) > 0
 
 
 def test_the_largest_allowed_curve_stays_finite():

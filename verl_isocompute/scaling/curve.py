@@ -24,8 +24,8 @@ field (JSON ``true`` or ``"6.0"`` is not a number) and its parameters must descr
   most 3 doublings below the smallest n of a sweep, n >= 1) and the ceiling 2^(L + b) at most 2^30
   rollouts per problem, the top of the default n grid. This also keeps n* finite (L = 2000 would
   overflow to infinity).
-- ``0 <= log10_C0 <= 20``: the switch lies between 1 and 1e20 rollouts or tokens (the paper's:
-  10^5.84 rollouts, 10^9.18 tokens).
+- ``-1 <= log10_C0 <= 21``: the switch lies within a decade of [1, 1e20] rollouts or tokens (``isocompute
+  fit`` places C0 at most a decade outside the compute it saw; the paper's: 10^5.84 rollouts, 10^9.18 tokens).
 - ``c_range``: two numbers with 0 < C_min < C_max.
 """
 
@@ -46,7 +46,7 @@ _REQUIRED = ("L", "k", "log10_C0", "b", "compute_unit", "metric")
 # Bounds of a usable curve, in log2 n and log10 C (module docstring says why).
 LOG2_N_FLOOR_MIN = -3.0
 LOG2_N_CEILING_MAX = 30.0
-LOG10_C0_RANGE = (0.0, 20.0)
+LOG10_C0_RANGE = (-1.0, 21.0)
 _FIX = "correct it in the file or rewrite the file with `isocompute fit`"
 
 
@@ -107,7 +107,7 @@ class Curve:
         low, high = LOG10_C0_RANGE
         if not low <= self.log10_C0 <= high:
             raise CurveError(
-                f"log10_C0 must be in [{low:g}, {high:g}] (the switch between 1 and 1e20 {self.compute_unit}), "
+                f"log10_C0 must be in [{low:g}, {high:g}] (the switch within a decade of 1 to 1e20 {self.compute_unit}), "
                 f"got {self.log10_C0!r}; {_FIX}"
             )
         if self.compute_unit not in COMPUTE_UNITS:
