@@ -53,14 +53,16 @@ if [[ ! -f "$CURVE" ]]; then
 fi
 
 echo "== 4. allocate $TRAIN_BUDGET rollouts with $CURVE"
+# Steps 4 and 5 read the same allocation block of the same recipe (cpu_demo: its LR rule has base_lr 1e-5),
+# so the lr printed here is the lr the run uses.
+ALLOCATION=(isocompute.allocation.curve="$CURVE" isocompute.allocation.budget_rollouts="$TRAIN_BUDGET"
+            isocompute.allocation.b_problem="$B_PROBLEM" "isocompute.allocation.n_grid=[$N_GRID]")
 D=$(python -c "import pyarrow.parquet as pq, sys; print(pq.ParquetFile(sys.argv[1]).metadata.num_rows)" "$TRAIN")
-isocompute allocate --curve "$CURVE" --budget "$TRAIN_BUDGET" --b-problem "$B_PROBLEM" --n-grid "$N_GRID" --dataset-size "$D"
+isocompute allocate --dataset-size "$D" --recipe cpu_demo "${ALLOCATION[@]}"
 
 echo "== 5. train with the allocation"
 python -m verl_isocompute.main --config-name cpu_demo isocompute.model="$MODEL" \
     isocompute.data.source=files data.train_files="$(realpath "$TRAIN")" data.val_files="$(realpath "$VAL")" \
-    isocompute.allocation.enable=true isocompute.allocation.curve="$CURVE" \
-    isocompute.allocation.budget_rollouts="$TRAIN_BUDGET" isocompute.allocation.b_problem="$B_PROBLEM" \
-    "isocompute.allocation.n_grid=[$N_GRID]" isocompute.run_dir="$OUT/train" > "$OUT/train.log" 2>&1 \
+    isocompute.allocation.enable=true "${ALLOCATION[@]}" isocompute.run_dir="$OUT/train" > "$OUT/train.log" 2>&1 \
     || { tail -20 "$OUT/train.log"; exit 1; }
 echo "done: run log $OUT/train/isocompute.jsonl (verl output: $OUT/train.log)"

@@ -6,8 +6,11 @@ import importlib.util
 import inspect
 import json
 import math
+import re
 import subprocess
 import sys
+from dataclasses import asdict, fields
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -17,17 +20,20 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from verl_isocompute.scaling.allocation import (
-    DEFAULT_ALLOCATION_CONFIG,
     DEFAULT_N_GRID,
+    MAX_STEPS,
+    AllocationConfig,
     AllocationError,
     allocate,
+)
+from verl_isocompute.scaling.curve import CurveError, load_curve
+from verl_isocompute.training.allocation_hook import (
     apply_allocation,
     explicit_keys_from_overrides,
     format_decision,
     overrides,
     verl_values,
 )
-from verl_isocompute.scaling.curve import CurveError, load_curve
 
 EASY = load_curve("paper:qwen2.5-7b-easy")
 HARD = load_curve("paper:qwen2.5-7b-hard")
@@ -109,7 +115,33 @@ def test_a_fitted_range_flags_extrapolation():
 def test_a_warmup_longer_than_the_run_is_reported():
     a = allocate(EASY, 2000)
     assert a.steps == 7
-    assert a.reasons == ("warm-up (10 steps) is not shorter than the run (7 steps): lr never reaches 5e-07",)
+    assert a.reasons[-1] == "warm-up (10 steps) is not shorter than the run (7 steps): lr never reaches 5e-07"
+
+
+def test_an_absurd_budget_is_refused_not_allocated():
+    with pytest.raises(AllocationError, match=r"pays for 6.1e\+25 steps of 16,384 rollouts, more than 10,000,000"):
+        allocate(EASY, 1e30)
+    assert allocate(EASY, 1e10).steps == 10**10 // (32 * 512) <= MAX_STEPS  # large but plausible: allocated
+
+
+# --- the decoupled baseline (appendix C): n_est = n sampled, n_train trained on -----------------------
+
+def test_decoupled_lr_counts_the_rollouts_trained_on_and_compute_counts_all():
+    a = allocate(EASY, 2e6, n_train=64)
+    assert (a.n, a.n_train, a.b_problem) == (256, 64, 32)
+    assert a.lr == pytest.approx(1e-6 * math.sqrt(32 * 64 / 1024))  # not sqrt(32 * 256 / 1024)
+    assert a.rollouts_used == a.steps * 32 * 256 and a.steps == 2_000_000 // (32 * 256)
+    assert "trains on n_train = 64 per problem" in format_decision(a)
+
+
+def test_decoupled_n_is_never_below_n_train():
+    a = allocate(EASY, 1e5, n_train=64)  # n*(1e5) ~ 7
+    assert a.n == 64 and a.n_star < 8
+    assert a.reasons[-1] == "n = 64 rather than 8: the decoupled baseline samples at least n_train = 64 rollouts per problem"
+    # caps that would need n < n_train lower b_problem to its floor, then refuse, naming n_train
+    assert allocate(EASY, 2e6, n_train=128, b_max=2048, b_problem_floor=16).n == 128
+    with pytest.raises(AllocationError, match=r"smallest n 256 \(n_train 256\).*raise b_max"):
+        allocate(EASY, 2e6, n_train=256, b_max=4096)
 
 
 @settings(max_examples=300, deadline=None)
@@ -121,21 +153,24 @@ def test_a_warmup_longer_than_the_run_is_reported():
     floor=st.none() | st.integers(min_value=1, max_value=1024),
     min_steps=st.integers(min_value=1, max_value=500),
     n_grid=st.none() | st.lists(st.integers(min_value=1, max_value=4096), min_size=1, max_size=6),
+    n_train=st.none() | st.integers(min_value=1, max_value=256),
 )
-def test_never_exceeds_the_budget_or_the_constraints(curve, budget, b_max, b_problem, floor, min_steps, n_grid):
+def test_never_exceeds_the_budget_or_the_constraints(curve, budget, b_max, b_problem, floor, min_steps, n_grid, n_train):
     try:
         a = allocate(
-            curve, budget, b_max=b_max, b_problem=b_problem, b_problem_floor=floor, min_steps=min_steps, n_grid=n_grid
+            curve, budget, b_max=b_max, b_problem=b_problem, b_problem_floor=floor, min_steps=min_steps, n_grid=n_grid,
+            n_train=n_train,
         )
     except AllocationError as exc:
-        assert "raise" in str(exc) or "lower" in str(exc)  # every refusal names a fix
+        assert "raise" in str(exc) or "lower" in str(exc) or "check the budget" in str(exc)  # every refusal names a fix
         return
     assert a.rollouts_used <= budget
     assert a.steps * a.b_problem * a.n == a.rollouts_used
-    assert a.steps >= min_steps
+    assert min_steps <= a.steps <= MAX_STEPS
     assert b_max is None or a.b_problem * a.n <= b_max
     assert (min(b_problem, 32) if floor is None else floor) <= a.b_problem <= b_problem
     assert a.n in (DEFAULT_N_GRID if n_grid is None else n_grid)
+    assert n_train is None or a.n >= n_train  # the decoupled baseline never samples fewer than it trains on
 
 
 # --- fixed hardware batch ---------------------------------------------------------------------------
@@ -343,8 +378,8 @@ def test_recipe_values_are_not_protected():
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"budget_rollouts": "1e6"}, "isocompute.allocation.curve is not set"),
-        ({"curve": "paper:qwen2.5-7b-easy"}, "exactly one of isocompute.allocation.budget_rollouts"),
+        ({"budget_rollouts": "1e6"}, "isocompute.allocation: curve is not set; give a curve.json path or a paper: preset"),
+        ({"curve": "paper:qwen2.5-7b-easy"}, "isocompute.allocation: set exactly one of budget_rollouts and budget_tokens"),
         ({**EASY_1E6, "budget_tokens": "1e9"}, "exactly one of"),
         ({**EASY_1E6, "bmax": 4096}, r"unknown key\(s\) isocompute.allocation.bmax; valid keys: enable"),
         ({**EASY_1E6, "curve": "paper:nope"}, "isocompute.allocation: unknown preset 'paper:nope'; presets:"),
@@ -356,17 +391,37 @@ def test_apply_allocation_bad_blocks(settings, message):
         apply_allocation(_compose(_block(**settings)))
 
 
+def test_apply_allocation_under_the_decoupled_baseline():
+    cfg = _compose(_block(**EASY_1E6) + ["algorithm.adv_estimator=isocompute_grpo_decoupled", "+isocompute.decoupled.n_train=256"])
+    a = apply_allocation(cfg)
+    assert cfg.actor_rollout_ref.rollout.n == a.n == 256  # n*(1e6) ~ 118 -> 128 without the baseline
+    assert cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(1e-6 * math.sqrt(32 * 256 / 1024))
+    cfg = _compose(_block(**EASY_1E6) + ["algorithm.adv_estimator=isocompute_grpo_decoupled", "+isocompute.decoupled.n_train=64"])
+    assert apply_allocation(cfg).n == 128 and cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(1e-6 * math.sqrt(2))
+    with pytest.raises(AllocationError, match="needs isocompute.decoupled.n_train"):
+        apply_allocation(_compose(_block(**EASY_1E6) + ["algorithm.adv_estimator=isocompute_grpo_decoupled"]))
+
+
 def test_apply_allocation_in_tokens():
     cfg = _compose(_block(curve="paper:qwen2.5-7b-easy-tokens", budget_tokens="1e10", mean_response_tokens=2000))
     assert apply_allocation(cfg).n == cfg.actor_rollout_ref.rollout.n == 512
 
 
-def test_default_config_matches_allocate():
-    knobs = set(inspect.signature(allocate).parameters) - {"curve", "budget", "budget_unit"}
-    hook_only = {"enable", "curve", "budget_rollouts", "budget_tokens", "override_user"}
-    assert set(DEFAULT_ALLOCATION_CONFIG) - hook_only == knobs
+def test_allocate_defaults_are_the_config_defaults():
+    knobs = set(inspect.signature(allocate).parameters) - {"curve", "budget", "budget_unit", "n_train"}
+    assert set(AllocationConfig().rule_settings()) == knobs
     defaults = {k: p.default for k, p in inspect.signature(allocate).parameters.items() if k in knobs}
-    assert {k: DEFAULT_ALLOCATION_CONFIG[k] for k in knobs} == defaults
+    assert AllocationConfig().rule_settings() == defaults
+
+
+def test_the_recipe_block_lists_the_config_defaults():
+    """AllocationConfig is the source; recipes/isocompute_base.yaml lists the same keys (overridable without `+`)."""
+    yaml = OmegaConf.load(resources.files("verl_isocompute.recipes") / "isocompute_base.yaml")
+    block = OmegaConf.to_container(yaml.isocompute.allocation, resolve=True)
+    assert list(block) == [f.name for f in fields(AllocationConfig)]
+    assert block == asdict(AllocationConfig())
+    # the LR keys follow the recipe's LR rule (one rule for the hook and the recipe), whose values are the paper's
+    assert OmegaConf.to_container(yaml.isocompute.allocation)["base_lr"] == "${isocompute.lr.base_lr}"
 
 
 def test_explicit_keys_normalise_hydra_forms():
@@ -448,3 +503,52 @@ def test_cli_errors_are_one_line_and_exit_2(args, message):
 def test_cli_missing_budget_is_a_usage_error():
     out = _cli("--curve", "paper:qwen2.5-7b-easy")
     assert out.returncode == 2 and "one of the arguments --budget --budget-tokens is required" in out.stderr
+
+
+# --- one home each: the pure rule, the verl hook, the 0.1 import path, the documented example --------
+
+def test_the_rule_is_pure_and_the_command_needs_no_verl():
+    code = (
+        "import sys, verl_isocompute.scaling.allocation as rule; pure = sorted({'hydra', 'omegaconf', 'torch', 'verl'} & set(sys.modules)); "
+        "import verl_isocompute.commands.allocate; print(pure, sorted({'hydra', 'torch', 'verl'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out.strip() == "[] []"
+
+
+def test_the_01_import_path_still_has_the_hook_and_the_rule():
+    import verl_isocompute.training.allocation_hook as hook
+    from verl_isocompute.scaling import allocation as rule
+
+    sys.modules.pop("verl_isocompute.allocation", None)
+    with pytest.warns(DeprecationWarning, match="moved to verl_isocompute.training.allocation_hook"):
+        import verl_isocompute.allocation as old
+    # the names 0.1's documentation imported, and the rule's
+    assert (old.apply_allocation, old.explicit_keys_from_overrides) == (hook.apply_allocation, hook.explicit_keys_from_overrides)
+    assert (old.format_decision, old.allocate, old.Allocation) == (rule.format_decision, rule.allocate, rule.Allocation)
+
+
+def test_the_documented_entry_point_runs(tmp_path):
+    """docs/ALLOCATION.md's example, run with hydra as written; verl's run_ppo is the one name replaced (a
+    real training run of the hook is tests/test_allocation_e2e.py)."""
+    docs = (Path(__file__).parent.parent / "docs" / "ALLOCATION.md").read_text()
+    example = re.search(r"## From another verl project.*?```python\n(.*?)```", docs, re.S).group(1)
+    assert "from verl.trainer.main_ppo import run_ppo\n" in example
+    script = example.replace(
+        "from verl.trainer.main_ppo import run_ppo\n",
+        "def run_ppo(cfg):\n    print('run_ppo n =', cfg.actor_rollout_ref.rollout.n, 'lr =', cfg.actor_rollout_ref.actor.optim.lr)\n",
+    )
+    (tmp_path / "train.py").write_text(script)
+    (tmp_path / "config").mkdir()
+    block = OmegaConf.create({"isocompute": {"allocation": asdict(AllocationConfig())}})
+    (tmp_path / "config" / "my_trainer.yaml").write_text(
+        f"hydra:\n  searchpath: [file://{VERL_CONFIG_DIR}]\ndefaults:\n  - ppo_trainer\n  - _self_\n" + OmegaConf.to_yaml(block)
+    )
+    run = subprocess.run(
+        [sys.executable, "train.py", "isocompute.allocation.enable=true", "isocompute.allocation.curve=paper:qwen2.5-7b-easy",
+         "isocompute.allocation.budget_rollouts=1e6", "hydra.run.dir=."],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "isocompute allocation: n = 128, b_problem = 32 (4096 rollouts/step), steps = 244" in run.stdout
+    assert "run_ppo n = 128 lr = 2e-06" in run.stdout

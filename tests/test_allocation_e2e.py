@@ -9,15 +9,20 @@ import sys
 
 import pytest
 
+from verl_isocompute.commands import cli
+
 pytestmark = pytest.mark.e2e
 
 
-def test_demo_runs_the_allocated_plan(tmp_path, isocompute_cache, tiny_model_path):
+ALLOCATION = ["isocompute.allocation.curve=paper:qwen2.5-7b-easy", "isocompute.allocation.budget_rollouts=100",
+              "isocompute.allocation.b_problem=4"]
+
+
+def test_demo_runs_the_allocated_plan(tmp_path, capsys, isocompute_cache, tiny_model_path):
     run_dir = tmp_path / "demo"
     cmd = [
         sys.executable, "-m", "verl_isocompute.commands.cli", "demo", "--model", "tiny", "--run-dir", str(run_dir),
-        "isocompute.allocation.enable=true", "isocompute.allocation.curve=paper:qwen2.5-7b-easy",
-        "isocompute.allocation.budget_rollouts=100", "isocompute.allocation.b_problem=4",
+        "isocompute.allocation.enable=true", *ALLOCATION,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -28,6 +33,11 @@ def test_demo_runs_the_allocated_plan(tmp_path, isocompute_cache, tiny_model_pat
     header = json.loads((run_dir / "isocompute.jsonl").read_text().splitlines()[0])["header"]
     assert (header["n"], header["b_problem"], header["total_training_steps"]) == (8, 4, 3)
     assert header["lr"] == pytest.approx(1e-5 * math.sqrt(32 / 1024))  # cpu_demo's base_lr, the same sqrt rule
+    # `isocompute allocate` over the same recipe and overrides prints the plan and the lr this run used
+    assert cli.main(["allocate", "--recipe", "cpu_demo", *ALLOCATION, "--format", "json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["n"], printed["b_problem"], printed["steps"]) == (8, 4, 3)
+    assert (printed["lr"], printed["warmup_steps"]) == (header["lr"], header["lr_warmup_steps"])
     rows = [json.loads(line) for line in (run_dir / "isocompute.jsonl").read_text().splitlines()[1:]]
     assert [r["rollouts"] for r in rows if r["step"] > 0] == [32, 64, 96]  # never more than the budget
     summary = json.loads((run_dir / "demo_summary.json").read_text())

@@ -30,5 +30,5 @@ def test_old_names_work_in_a_fresh_interpreter():
         "print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "warned verl_isocompute.allocation moved to verl_isocompute.scaling.allocation" in out
+    assert "warned verl_isocompute.allocation moved to verl_isocompute.training.allocation_hook" in out
     assert out.strip().endswith("ok")

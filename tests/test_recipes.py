@@ -6,8 +6,6 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from verl_isocompute.scaling.allocation import DEFAULT_ALLOCATION_CONFIG
-
 RECIPES = ["isocompute_easy", "isocompute_hard", "isocompute_mixed", "cpu_demo"]
 
 
@@ -54,14 +52,6 @@ def test_any_recipe_runs_on_cpu_with_the_platform_overlay():
     assert cfg.isocompute.platform == "cpu" and cfg.actor_rollout_ref.rollout.name == "hf"
     assert cfg.actor_rollout_ref.actor.use_kl_loss  # the recipe itself is kept
     assert cfg.ray_kwargs.ray_init.num_gpus == 1
-
-
-def test_allocation_block_matches_the_allocation_defaults():
-    block = OmegaConf.to_container(compose_recipe("isocompute_easy").isocompute.allocation, resolve=True)
-    assert set(block) == set(DEFAULT_ALLOCATION_CONFIG)
-    lr_keys = {"base_lr": 1e-6, "b_ref": 1024, "lr_rule": "sqrt", "warmup_steps": 10}
-    for key, value in block.items():
-        assert value == lr_keys.get(key, DEFAULT_ALLOCATION_CONFIG[key]), key
 
 
 @pytest.mark.parametrize("script", ["qwen2.5-7b-easy.sh", "qwen2.5-7b-hard.sh"])

@@ -24,7 +24,7 @@ MOVED: dict[str, str] = {
     "verl_isocompute.lr": "verl_isocompute.training.lr",
     "verl_isocompute.metrics": "verl_isocompute.training.metrics",
     "verl_isocompute.compose": "verl_isocompute.training.config",
-    "verl_isocompute.allocation": "verl_isocompute.scaling.allocation",
+    "verl_isocompute.allocation": "verl_isocompute.training.allocation_hook",  # the hook; re-exports the pure rule
     "verl_isocompute.allocation_cli": "verl_isocompute.commands.allocate",
     "verl_isocompute.cli": "verl_isocompute.commands.cli",
     "verl_isocompute.demo": "verl_isocompute.commands.demo",

@@ -36,7 +36,7 @@ def run(cfg: DictConfig, explicit_keys: set[str] | None = None) -> None:
 def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
-    from verl_isocompute.scaling.allocation import explicit_keys_from_overrides
+    from verl_isocompute.training.allocation_hook import explicit_keys_from_overrides
 
     try:
         run(cfg, explicit_keys_from_overrides(HydraConfig.get().overrides.task))

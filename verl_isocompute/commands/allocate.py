@@ -3,24 +3,41 @@
 ``--format overrides`` prints verl overrides to paste after ``python -m verl.trainer.main_ppo``;
 ``--format json`` feeds other tools; ``--format table`` is for reading. The rule itself lives in
 :mod:`verl_isocompute.scaling.allocation`.
+
+``--recipe NAME [KEY=VALUE ...]`` reads the recipe's ``isocompute.allocation`` block (and through it the
+LR rule of ``isocompute.lr``, and ``isocompute.decoupled.n_train`` under the decoupled baseline) exactly
+as the run's allocation hook would, so the printed lr is the one the run uses; flags given here win over
+the recipe. Errors print one line and exit with status 2; a closed pipe (``| head``) ends quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
+import warnings
+from dataclasses import replace
 
 from verl_isocompute.scaling.allocation import (
-    DEFAULT_ALLOCATION_CONFIG,
     Allocation,
+    AllocationConfig,
     AllocationError,
-    allocate,
-    overrides,
+    allocate_config,
 )
 from verl_isocompute.scaling.curve import CurveError, preset_names
+from verl_isocompute.training.allocation_hook import overrides
 
 PROG = "isocompute allocate"
+_DEFAULTS = AllocationConfig()
+# flag dest -> isocompute.allocation key, for flags that set a key of the block
+_FLAG_KEYS = {
+    "curve": "curve", "budget": "budget_rollouts", "budget_tokens": "budget_tokens", "b_max": "b_max",
+    "b_problem": "b_problem", "b_problem_floor": "b_problem_floor", "batch_rollouts": "batch_rollouts",
+    "dataset_size": "dataset_size", "mean_response_tokens": "mean_response_tokens", "n_grid": "n_grid",
+    "min_steps": "min_steps", "base_lr": "base_lr", "b_ref": "b_ref", "lr_rule": "lr_rule", "warmup_steps": "warmup_steps",
+}
 
 
 def _grid(text: str) -> list[int]:
@@ -30,41 +47,91 @@ def _grid(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 8,16,32, got {text!r}") from None
 
 
+def _help(key: str) -> str:
+    default = getattr(_DEFAULTS, key)
+    text = AllocationConfig.help(key).replace("%", "%%")
+    return text if default is None else f"{text} (default {_cell(default)})"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--curve", required=True,
+        "--curve",
         help=f"curve.json from `isocompute fit`, or a paper preset: {', '.join('paper:' + n for n in preset_names())}",
     )
-    budget = parser.add_mutually_exclusive_group(required=True)
+    budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--budget", type=float, metavar="C", help="sampling budget in rollouts (e.g. 1e6)")
     budget.add_argument(
         "--budget-tokens", type=float, metavar="T", help="sampling budget in generated tokens (needs --mean-response-tokens)"
     )
-    parser.add_argument("--b-max", type=int, metavar="N", help="most rollouts one step may take (hardware limit); default no cap")
-    parser.add_argument(
-        "--b-problem", type=int, metavar="N", default=DEFAULT_ALLOCATION_CONFIG["b_problem"],
-        help="problems per step (default %(default)s, the paper's fixed-B_problem setting)",
+    parser.add_argument("--b-max", type=int, metavar="N", help=_help("b_max"))
+    parser.add_argument("--b-problem", type=int, metavar="N", help=_help("b_problem"))
+    parser.add_argument("--b-problem-floor", type=int, metavar="N", help=_help("b_problem_floor"))
+    parser.add_argument("--batch-rollouts", type=int, metavar="B", help=_help("batch_rollouts") + " (--b-problem unused)")
+    parser.add_argument("--dataset-size", type=int, metavar="D", help=_help("dataset_size"))
+    parser.add_argument("--mean-response-tokens", type=float, metavar="L", help=_help("mean_response_tokens"))
+    parser.add_argument("--n-grid", type=_grid, metavar="N,N,...", help=_help("n_grid"))
+    parser.add_argument("--min-steps", type=int, metavar="M", help=_help("min_steps"))
+    lr = parser.add_argument_group("LR rule (default: the recipe's with --recipe, else the paper's)")
+    lr.add_argument("--base-lr", type=float, metavar="LR", help=_help("base_lr"))
+    lr.add_argument("--b-ref", type=float, metavar="B", help=_help("b_ref"))
+    lr.add_argument("--lr-rule", choices=("sqrt", "constant", "linear"), help=_help("lr_rule"))
+    lr.add_argument("--warmup-steps", type=int, metavar="W", help=_help("warmup_steps"))
+    lr.add_argument(
+        "--n-train", type=int, metavar="N",
+        help="decoupled baseline: rollouts trained on per problem; n >= n_train and the LR rule counts "
+             "b_problem x n_train (default: isocompute.decoupled.n_train with --recipe under isocompute_grpo_decoupled)",
     )
     parser.add_argument(
-        "--b-problem-floor", type=int, metavar="N",
-        help="lowest b_problem before n is lowered (default min(b_problem, 32); 1 with --batch-rollouts)",
+        "--recipe", metavar="NAME",
+        help="read the isocompute.allocation block (LR rule, n_train, ...) of one of our recipes, e.g. cpu_demo",
     )
-    parser.add_argument(
-        "--batch-rollouts", type=int, metavar="B",
-        help="fixed-hardware-batch mode: B rollouts per step, b_problem = B // n (--b-problem unused)",
-    )
-    parser.add_argument("--dataset-size", type=int, metavar="D", help="number of training problems (for epochs)")
-    parser.add_argument(
-        "--mean-response-tokens", type=float, metavar="L", help="mean generated tokens per rollout (token budgets or token curves)"
-    )
-    parser.add_argument("--n-grid", type=_grid, metavar="N,N,...", help="allowed n values (default powers of two from 2)")
-    parser.add_argument(
-        "--min-steps", type=int, metavar="M", default=DEFAULT_ALLOCATION_CONFIG["min_steps"],
-        help="at least this many steps (default %(default)s)",
-    )
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides of --recipe, as on the run's command line")
     parser.add_argument(
         "--format", choices=("table", "json", "overrides"), default="table", help="output format (default %(default)s)"
     )
+
+
+def _from_recipe(recipe: str, recipe_overrides: list[str]) -> tuple[AllocationConfig, int | None]:
+    """The allocation block and n_train of a composed recipe, read as the run's hook reads them."""
+    from verl_isocompute.training.allocation_hook import (
+        allocation_settings,
+        decoupled_n_train,
+    )
+    from verl_isocompute.training.config import RecipeError, compose_recipe
+
+    # Composing imports verl (its config package), whose import-time notices (engines not installed, no
+    # accelerator) concern training, not this command: keep them off the one line a user reads.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            cfg = compose_recipe(recipe, recipe_overrides)
+        except RecipeError as exc:
+            raise AllocationError(str(exc)) from None
+        finally:
+            logging.disable(logging.NOTSET)
+    return allocation_settings(cfg), decoupled_n_train(cfg)
+
+
+def settings_from_args(args: argparse.Namespace) -> tuple[AllocationConfig, int | None]:
+    """The allocation settings of a command line: the defaults, or the recipe's block, then the flags given."""
+    if args.recipe is not None:
+        settings, n_train = _from_recipe(args.recipe, args.overrides)
+    elif args.overrides:
+        raise AllocationError(f"overrides {' '.join(args.overrides)} need a recipe: add --recipe NAME (e.g. cpu_demo)")
+    else:
+        settings, n_train = _DEFAULTS, None
+    if args.budget is not None or args.budget_tokens is not None:
+        settings = replace(settings, budget_rollouts=None, budget_tokens=None)  # a budget flag replaces the recipe's
+    given = {key: getattr(args, dest) for dest, key in _FLAG_KEYS.items() if getattr(args, dest) is not None}
+    settings = replace(settings, **given)
+    if settings.curve is None:
+        raise AllocationError("no curve: give --curve (a curve.json or paper:<preset>), or isocompute.allocation.curve with --recipe")
+    if settings.budget_rollouts is None and settings.budget_tokens is None:
+        raise AllocationError(
+            "one of the arguments --budget --budget-tokens is required (or isocompute.allocation.budget_rollouts with --recipe)"
+        )
+    return settings, args.n_train if args.n_train is not None else n_train
 
 
 def _cell(value) -> str:
@@ -81,29 +148,27 @@ def _table(allocation: Allocation) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    budget_unit = "rollouts" if args.budget is not None else "tokens"
+def _emit(text: str) -> None:
     try:
-        allocation = allocate(
-            args.curve,
-            args.budget if args.budget is not None else args.budget_tokens,
-            budget_unit=budget_unit,
-            b_max=args.b_max,
-            b_problem=args.b_problem,
-            b_problem_floor=args.b_problem_floor,
-            dataset_size=args.dataset_size,
-            n_grid=args.n_grid,
-            min_steps=args.min_steps,
-            batch_rollouts=args.batch_rollouts,
-            mean_response_tokens=args.mean_response_tokens,
-        )
+        print(text, flush=True)
+    except BrokenPipeError:
+        # The reader is gone (`| head`, `| true`): nothing is lost by stopping here. Point stdout at
+        # /dev/null so the interpreter's last flush does not raise again on the way out.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings, n_train = settings_from_args(args)
+        allocation = allocate_config(settings, n_train=n_train)
     except (AllocationError, CurveError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     if args.format == "json":
-        print(json.dumps(allocation.to_dict(), indent=2))
+        _emit(json.dumps(allocation.to_dict(), indent=2))
     elif args.format == "overrides":
-        print(" ".join(overrides(allocation)))
+        _emit(" ".join(overrides(allocation)))
     else:
-        print(_table(allocation))
+        _emit(_table(allocation))
     return 0
+

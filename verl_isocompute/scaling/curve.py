@@ -8,11 +8,25 @@ problem as a sigmoid in log space, C in rollouts (or tokens), log base 10 for C 
 so n* rises from a floor 2^b at small budgets to a ceiling 2^(L + b) at large ones, with the switch
 centred at C0 and its sharpness set by k.
 
-Curve file (``curve.json``) contract: ``L``, ``k``, ``log10_C0``, ``b``, ``compute_unit``
-(``rollouts`` | ``tokens``), ``metric``, ``c_range`` ([C_min, C_max] it was fitted on), ``n_grid``
-(the n values of the runs), ``provenance`` (free-form dict: source, fit date, runs, ...). Optional
-extra keys are kept on load (``extra``). Paper presets ship as ``presets/<name>.json`` and are
-addressed as ``paper:<name>``.
+Curve file (``curve.json``) contract: ``L``, ``k``, ``log10_C0``, ``b`` (numbers), ``compute_unit``
+(``rollouts`` | ``tokens``), ``metric`` (a string), ``c_range`` ([C_min, C_max] it was fitted on, or
+null), ``n_grid`` (the n values of the runs, positive integers), ``provenance`` (a JSON object: source,
+fit date, runs, ...). Optional extra keys are kept on load (``extra``). Paper presets ship as
+``presets/<name>.json`` and are addressed as ``paper:<name>``.
+
+A curve users allocate GPU-months from must never be silently misread, so a file is checked field by
+field (JSON ``true`` or ``"6.0"`` is not a number) and its parameters must describe a usable curve:
+
+- ``k > 0``: n* grows with compute (the paper's finding); no upper bound, a large k is a step (the
+  paper's Hard joint fit sits at the fitter's bound k = 50).
+- ``L >= 0``: the ceiling is not below the floor.
+- ``b >= -3`` and ``L + b <= 30``: the floor 2^b is at least 1/8 (``isocompute fit`` lets b sit at
+  most 3 doublings below the smallest n of a sweep, n >= 1) and the ceiling 2^(L + b) at most 2^30
+  rollouts per problem, the top of the default n grid. This also keeps n* finite (L = 2000 would
+  overflow to infinity).
+- ``-1 <= log10_C0 <= 21``: the switch lies within a decade of [1, 1e20] rollouts or tokens (``isocompute
+  fit`` places C0 at most a decade outside the compute it saw; the paper's: 10^5.84 rollouts, 10^9.18 tokens).
+- ``c_range``: two numbers with 0 < C_min < C_max.
 """
 
 from __future__ import annotations
@@ -29,10 +43,35 @@ import numpy as np
 COMPUTE_UNITS = ("rollouts", "tokens")
 PRESET_PREFIX = "paper:"
 _REQUIRED = ("L", "k", "log10_C0", "b", "compute_unit", "metric")
+# Bounds of a usable curve, in log2 n and log10 C (module docstring says why).
+LOG2_N_FLOOR_MIN = -3.0
+LOG2_N_CEILING_MAX = 30.0
+LOG10_C0_RANGE = (-1.0, 21.0)
+_FIX = "correct it in the file or rewrite the file with `isocompute fit`"
 
 
 class CurveError(ValueError):
     """A curve file or preset that cannot be used; the message names the problem and the fix."""
+
+
+def _is_real(value: Any) -> bool:
+    """A finite JSON number: ``true`` and ``"6.0"`` are not numbers here, whatever Python's float() says."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_count(value: Any) -> bool:
+    """A positive integer (an integral float such as 8.0 counts)."""
+    return _is_real(value) and float(value).is_integer() and value >= 1
+
+
+def sigmoid_log2_n(log10_c: Any, L: float, k: float, log10_C0: float, b: float) -> Any:
+    """log2 n*(C) = L / (1 + exp(-k (log10 C - log10 C0))) + b, element-wise on arrays.
+
+    The logistic is written as (1 + tanh(z / 2)) / 2, which is the same function but never overflows
+    (exp(-z) does for a sharp switch far from C0).
+    """
+    z = k * (np.asarray(log10_c, dtype=float) - log10_C0)
+    return L * 0.5 * (1.0 + np.tanh(0.5 * z)) + b
 
 
 @dataclass(frozen=True)
@@ -48,10 +87,38 @@ class Curve:
     provenance: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        for name in ("L", "k", "log10_C0", "b"):
+            if not _is_real(getattr(self, name)):
+                raise CurveError(f"{name} must be a finite number, got {getattr(self, name)!r}; {_FIX}")
+        if self.k <= 0:
+            raise CurveError(f"k must be > 0 (n* grows with compute; a fit gives 0.001..50), got {self.k!r}; {_FIX}")
+        if self.L < 0:
+            raise CurveError(f"L must be >= 0 (the ceiling 2^(L+b) is not below the floor 2^b), got {self.L!r}; {_FIX}")
+        if self.b < LOG2_N_FLOOR_MIN:
+            raise CurveError(
+                f"b must be >= {LOG2_N_FLOOR_MIN:g} (a floor n* = 2^b of at least 1/8), got {self.b!r}; {_FIX}"
+            )
+        if self.L + self.b > LOG2_N_CEILING_MAX:
+            raise CurveError(
+                f"L + b must be <= {LOG2_N_CEILING_MAX:g} (a ceiling n* = 2^(L+b) of at most 2^30 rollouts per "
+                f"problem), got L = {self.L!r}, b = {self.b!r}; {_FIX}"
+            )
+        low, high = LOG10_C0_RANGE
+        if not low <= self.log10_C0 <= high:
+            raise CurveError(
+                f"log10_C0 must be in [{low:g}, {high:g}] (the switch within a decade of 1 to 1e20 {self.compute_unit}), "
+                f"got {self.log10_C0!r}; {_FIX}"
+            )
+        if self.compute_unit not in COMPUTE_UNITS:
+            raise CurveError(f"compute_unit must be one of {', '.join(COMPUTE_UNITS)}, got {self.compute_unit!r}; {_FIX}")
+        if self.c_range is not None:
+            if len(self.c_range) != 2 or not all(_is_real(c) for c in self.c_range) or not 0 < self.c_range[0] < self.c_range[1]:
+                raise CurveError(f"c_range must be [C_min, C_max] with 0 < C_min < C_max, or null, got {self.c_range!r}; {_FIX}")
+
     def log2_n_star(self, compute: float | np.ndarray) -> float | np.ndarray:
         """log2 n*(C) from the sigmoid; ``compute`` in this curve's ``compute_unit``."""
-        x = np.log10(np.asarray(compute, dtype=float))
-        out = self.L / (1.0 + np.exp(-self.k * (x - self.log10_C0))) + self.b
+        out = sigmoid_log2_n(np.log10(np.asarray(compute, dtype=float)), self.L, self.k, self.log10_C0, self.b)
         return float(out) if np.ndim(out) == 0 else out
 
     def n_star(self, compute: float | np.ndarray) -> float | np.ndarray:
@@ -77,6 +144,7 @@ class Curve:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "<dict>") -> "Curve":
+        """A curve from a parsed ``curve.json``; :class:`CurveError` names the field, the file and the fix."""
         if not isinstance(d, dict):
             raise CurveError(f"{source}: a curve file must hold a JSON object, got {type(d).__name__}")
         missing = [key for key in _REQUIRED if key not in d]
@@ -85,27 +153,33 @@ class Curve:
                 f"{source}: curve is missing {', '.join(missing)}; a curve file needs "
                 f"{', '.join(_REQUIRED)} (write one with `isocompute fit`, or use a paper: preset)"
             )
-        values = {}
         for key in ("L", "k", "log10_C0", "b"):
-            try:
-                values[key] = float(d[key])
-            except (TypeError, ValueError):
-                raise CurveError(f"{source}: {key} must be a number, got {d[key]!r}") from None
-            if not math.isfinite(values[key]):
-                raise CurveError(f"{source}: {key} must be finite, got {d[key]!r}")
-        if d["compute_unit"] not in COMPUTE_UNITS:
-            raise CurveError(f"{source}: compute_unit must be one of {COMPUTE_UNITS}, got {d['compute_unit']!r}")
+            if not _is_real(d[key]):
+                raise CurveError(f"{source}: {key} must be a finite number, got {d[key]!r}; {_FIX}")
+        if not isinstance(d["metric"], str) or not d["metric"]:
+            raise CurveError(f"{source}: metric must be a metric name such as \"val/avg@4\", got {d['metric']!r}; {_FIX}")
         c_range = d.get("c_range")
+        if c_range is not None and not (isinstance(c_range, list) and len(c_range) == 2 and all(map(_is_real, c_range))):
+            raise CurveError(f"{source}: c_range must be [C_min, C_max] (two numbers) or null, got {c_range!r}; {_FIX}")
+        n_grid = d.get("n_grid")
+        if n_grid is not None and not (isinstance(n_grid, list) and all(map(_is_count, n_grid))):
+            raise CurveError(f"{source}: n_grid must be a list of positive integers such as [8, 16, 32], got {n_grid!r}; {_FIX}")
+        provenance = d.get("provenance")
+        if provenance is not None and not isinstance(provenance, dict):
+            raise CurveError(f"{source}: provenance must be a JSON object (source, date, runs, ...) or null, got {provenance!r}; {_FIX}")
         known = set(_REQUIRED) | {"c_range", "n_grid", "provenance"}
-        return cls(
-            **values,
-            compute_unit=d["compute_unit"],
-            metric=str(d["metric"]),
-            c_range=tuple(float(c) for c in c_range) if c_range else None,
-            n_grid=tuple(int(n) for n in d.get("n_grid") or ()),
-            provenance=dict(d.get("provenance") or {}),
-            extra={k: v for k, v in d.items() if k not in known},
-        )
+        try:
+            return cls(
+                **{key: float(d[key]) for key in ("L", "k", "log10_C0", "b")},
+                compute_unit=d["compute_unit"],
+                metric=d["metric"],
+                c_range=None if c_range is None else (float(c_range[0]), float(c_range[1])),
+                n_grid=tuple(int(n) for n in n_grid or ()),
+                provenance=dict(provenance or {}),
+                extra={k: v for k, v in d.items() if k not in known},
+            )
+        except CurveError as exc:
+            raise CurveError(f"{source}: {exc}") from None
 
 
 def preset_names() -> list[str]:
@@ -130,10 +204,14 @@ def load_curve(spec: str | Path) -> Curve:
         path = Path(spec_str)
         if not path.is_file():
             raise CurveError(f"curve file {path} not found; pass a curve.json written by `isocompute fit` or a paper: preset")
-        text = path.read_text()
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CurveError(f"cannot read curve file {path} ({exc}); pass a curve.json written by `isocompute fit`") from None
         source = str(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CurveError(f"{source}: not valid JSON ({exc}); re-run `isocompute fit` to rewrite it") from None
     return Curve.from_dict(data, source=source)
+

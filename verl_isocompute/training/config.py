@@ -141,7 +141,7 @@ def _dataset_size(cfg: DictConfig) -> int:
 
 def prepare_allocation(cfg: DictConfig, explicit_keys: set[str]) -> bool:
     """Apply ``isocompute.allocation`` when enabled; returns whether it ran."""
-    from verl_isocompute.scaling.allocation import (
+    from verl_isocompute.training.allocation_hook import (
         AllocationError,
         apply_allocation,
         format_decision,
