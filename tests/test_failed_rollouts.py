@@ -190,6 +190,18 @@ def test_failed_groups_are_evicted_and_refilled():
     assert ReplayBufferAsync is not ReplayBuffer
 
 
+def test_evicted_groups_are_charged_to_compute():
+    from verl_isocompute.training.trainer import ComputeCounter
+
+    trainer = _trainer()
+    trainer.compute, trainer._step_info = ComputeCounter(64, 900), {"rollouts": 12, "tokens": 50}
+    metrics = {"training/rollout_failure/evicted_samples": 2.0}  # verl evicted 2 groups with a failed rollout
+    trainer._charge_compute(metrics)
+    assert (trainer.compute.rollouts, trainer.compute.tokens) == (64 + 12 + 2 * N, 900 + 50)
+    assert metrics["isocompute/evicted_groups"] == 2 and metrics["isocompute/evicted_rollouts"] == 2 * N
+    assert metrics["isocompute/rollouts"] == trainer.compute.rollouts
+
+
 def test_trainer_validation_with_failed_samples_never_raises():
     trainer = _trainer()  # val_kwargs.n = 4 = k
     sources, uids = ["isocompute/arithmetic"] * 3, ["u1", "u1", "u2"]  # u1: 2 of 4 came back, u2: 1 of 4

@@ -44,7 +44,11 @@ from verl_isocompute.runlog import RunLogWriter
 from verl_isocompute.training import metrics as iso_metrics
 from verl_isocompute.training.advantage import estimator_context
 from verl_isocompute.training.config import check_group_size
-from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE, lr_for_update, rule_batch_rollouts
+from verl_isocompute.training.lr import (
+    VERL_WARMUP_SCHEDULE,
+    lr_for_update,
+    rule_batch_rollouts,
+)
 from verl_isocompute.training.masks import StepMasks, accuracy, row_ids, step_masks
 from verl_isocompute.training.names import (
     DECOUPLED_ESTIMATOR,
@@ -360,16 +364,20 @@ class IsoComputeTrainer(PPOTrainerSync):
                 per_group[uid] = per_group.get(uid, 0) + int(t)
         return min(per_group.values()), max(per_group.values())
 
-    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
-        metrics["isocompute/trained_per_group_min"], metrics["isocompute/trained_per_group_max"] = self._trained_per_group(batch)
-        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
-        # Groups verl sampled and evicted (failed rollouts, ...): their n rollouts each were compute too.
+    def _charge_compute(self, metrics: dict) -> None:
+        """Add this step's sampling compute to C: the rollouts that reached the update, and the n rollouts of
+        every group verl sampled and evicted (a failed rollout, ...), whose samples never reached us."""
         evicted = iso_metrics.evicted_groups(metrics)
         metrics["isocompute/evicted_groups"] = evicted
         metrics["isocompute/evicted_rollouts"] = evicted * self.n
         self.compute.add(self._step_info.get("rollouts", 0) + evicted * self.n, self._step_info.get("tokens", 0))
         metrics["isocompute/rollouts"] = self.compute.rollouts
         metrics["isocompute/tokens"] = self.compute.tokens
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        metrics["isocompute/trained_per_group_min"], metrics["isocompute/trained_per_group_max"] = self._trained_per_group(batch)
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        self._charge_compute(metrics)
         row = self._row(global_steps, metrics)
         end_of_epoch = global_steps % max(1, self.steps_per_epoch) == 0
         if self._epoch_records and (end_of_epoch or global_steps >= self.total_training_steps):
