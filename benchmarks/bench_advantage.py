@@ -21,6 +21,7 @@ import torch
 from verl.trainer.ppo import core_algos
 
 from verl_isocompute.training import advantage
+from verl_isocompute.training.masks import step_masks
 
 B_PROBLEM, N, RESPONSE_LENGTH = 4096, 16, 1024
 
@@ -47,23 +48,25 @@ def main() -> None:
     def ours():
         return advantage.compute_isocompute_grpo(rewards, mask, index)
 
+    acc_np = acc.numpy()
+
     def ours_with_variance_mask():
         # What the trainer does per step when the zero-variance filter is on.
-        return advantage.compute_isocompute_grpo(rewards, mask, index), advantage.group_has_variance(acc, index)
+        return advantage.compute_isocompute_grpo(rewards, mask, index), step_masks(index, acc_np, None, "regularizers")
 
     decoupled_mask = mask.clone()
 
     def ours_decoupled():
         # n_est = 16, n_train = 4, and the trainer's in-place zeroing of the excluded rollouts' response mask.
         adv = advantage.compute_isocompute_grpo_decoupled(rewards, decoupled_mask, index, n_train=4, seed=(0, 1))
-        train = advantage.decoupled_train_mask(index, 4, seed=(0, 1))
-        return adv, decoupled_mask.masked_fill_(~train[:, None], 0)
+        keep = torch.from_numpy(step_masks(index, acc_np, None, "off", n_train=4, seed=(0, 1)).keep)
+        return adv, decoupled_mask.masked_fill_(~keep[:, None], 0)
 
     candidates = {
         "verl grpo": lambda: core_algos.compute_grpo_outcome_advantage(rewards, mask, index),
         "verl grpo_vectorized": lambda: core_algos.compute_grpo_vectorized_outcome_advantage(rewards, mask, index),
         "isocompute_grpo": ours,
-        "isocompute_grpo + group_has_variance": ours_with_variance_mask,
+        "isocompute_grpo + step_masks": ours_with_variance_mask,
         "isocompute_grpo_decoupled + train mask": ours_decoupled,
     }
     times: dict[str, list[float]] = {name: [] for name in candidates}

@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 from verl.trainer.ppo import core_algos
 
 from verl_isocompute.training import advantage
+from verl_isocompute.training.masks import decoupled_train_mask
+from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, GRPO_ESTIMATOR
 
 
 def make_batch(num_groups, n, seed, binary=True, T=6, shuffle=True):
@@ -27,8 +28,8 @@ def make_batch(num_groups, n, seed, binary=True, T=6, shuffle=True):
 def test_register_is_idempotent_and_selects_our_functions():
     advantage.register()
     advantage.register()
-    assert core_algos.get_adv_estimator_fn("isocompute_grpo") is advantage.compute_isocompute_grpo
-    assert core_algos.get_adv_estimator_fn("isocompute_grpo_decoupled") is advantage.compute_isocompute_grpo_decoupled
+    assert core_algos.get_adv_estimator_fn(GRPO_ESTIMATOR) is advantage.compute_isocompute_grpo
+    assert core_algos.get_adv_estimator_fn(DECOUPLED_ESTIMATOR) is advantage.compute_isocompute_grpo_decoupled
 
 
 @pytest.mark.parametrize("norm", [True, False])
@@ -84,12 +85,38 @@ def test_norm_flag_comes_from_verl_algorithm_config():
     assert not torch.equal(default, plain)
 
 
-def test_group_of_one_is_a_configuration_error():
-    rewards, mask, index, _ = make_batch(3, 1, seed=0)
-    with pytest.raises(ValueError, match=r"actor_rollout_ref\.rollout\.n >= 2"):
-        advantage.compute_isocompute_grpo(rewards, mask, index)
-    with pytest.raises(ValueError, match=r"rollout\.n >= 2"):
-        advantage.compute_isocompute_grpo_decoupled(rewards, mask, index, n_train=1, seed=0)
+def test_groups_of_one_get_zero_advantage_where_verl_gives_the_raw_score():
+    # a: a full group; b: one rollout left (its siblings failed). verl: b's advantage = its score / (1 + eps).
+    index = np.array(["a", "a", "a", "b"], dtype=object)
+    scores = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    rewards, mask = scores[:, None] * torch.tensor([[0.0, 1.0]]), torch.ones(4, 2, dtype=torch.long)
+    theirs, _ = core_algos.compute_grpo_outcome_advantage(rewards, mask, index)
+    assert theirs[3, 0].item() == pytest.approx(1.0, rel=1e-5)
+    ours, _ = advantage.compute_isocompute_grpo(rewards, mask, index)
+    assert (ours[3] == 0).all()
+    torch.testing.assert_close(ours[:3], theirs[:3])
+    decoupled, _ = advantage.compute_isocompute_grpo_decoupled(rewards, mask, index, n_train=3, seed=0)
+    torch.testing.assert_close(decoupled, ours)  # n_train 3 = all of a; b has no baseline
+    only_singletons, _ = advantage.compute_isocompute_grpo(*make_batch(3, 1, seed=0)[:3])
+    assert (only_singletons == 0).all()
+
+
+@pytest.mark.parametrize("via_context", [False, True])
+def test_padding_rows_are_left_out_of_the_group_statistics(via_context):
+    rewards, mask, index, _ = make_batch(6, 4, seed=5)
+    real = np.ones(24, dtype=bool)
+    real[index == index[0]] = False  # one group entirely padding ...
+    real[np.flatnonzero(index == index[-1])[0]] = False  # ... and one row of another group
+    if via_context:
+        with advantage.estimator_context(real=real):
+            adv, _ = advantage.compute_isocompute_grpo(rewards, mask, index)
+    else:
+        adv, _ = advantage.compute_isocompute_grpo(rewards, mask, index, real=real)
+    assert (adv[torch.from_numpy(~real)] == 0).all()
+    expected, _ = advantage.compute_isocompute_grpo(rewards[real], mask[real], index[real])
+    torch.testing.assert_close(adv[torch.from_numpy(real)], expected)  # as if the padding were not there
+    with pytest.raises(ValueError, match="real has 3 entries but the batch has 24"):
+        advantage.compute_isocompute_grpo(rewards, mask, index, real=real[:3])
 
 
 def test_integer_and_tensor_indices():
@@ -101,53 +128,12 @@ def test_integer_and_tensor_indices():
     assert torch.equal(by_str, by_int) and torch.equal(by_str, by_tensor)
 
 
-def test_group_has_variance_uses_accuracy():
-    index = np.array(["a"] * 3 + ["b"] * 3 + ["c"] * 2, dtype=object)
-    acc = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0])
-    shaped = acc + torch.tensor([0.1, 0.0, 0.2, 0.0, 0.0, 0.0, 0.3, 0.0])  # e.g. a format bonus
-    expected = [False] * 3 + [True] * 3 + [False] * 2
-    assert advantage.group_has_variance(acc, index).tolist() == expected
-    assert advantage.group_has_variance(acc.numpy().astype(bool), index).tolist() == expected
-    assert advantage.group_has_variance(shaped, index).tolist() != expected  # why callers must pass acc
-
-
-# ---- decoupled baseline (appendix C) ----
-
-
-@pytest.mark.parametrize("n_est, n_train", [(8, 1), (8, 3), (16, 16), (5, 4)])
-def test_decoupled_mask_takes_exactly_n_train_distinct_rollouts_per_group(n_est, n_train):
-    _, _, index, _ = make_batch(20, n_est, seed=n_est)
-    mask = advantage.decoupled_train_mask(index, n_train, seed=7)
-    assert mask.dtype == torch.bool and mask.shape == (20 * n_est,)
-    per_group = {uid: int(mask[torch.from_numpy(index == uid)].sum()) for uid in np.unique(index)}
-    assert set(per_group.values()) == {n_train}  # exactly n_train of distinct rollouts: no replacement
-
-
-def test_decoupled_mask_is_seeded():
-    _, _, index, _ = make_batch(10, 8, seed=0)
-    first = advantage.decoupled_train_mask(index, 3, seed=(42, 5))
-    assert torch.equal(first, advantage.decoupled_train_mask(index.copy(), 3, seed=(42, 5)))
-    assert not torch.equal(first, advantage.decoupled_train_mask(index, 3, seed=(42, 6)))  # next step
-
-
-def test_decoupled_mask_is_uniform_over_positions():
-    # Each of the n_est positions of a group should be picked with probability n_train / n_est.
-    n_est, n_train, num_groups, draws = 8, 3, 4, 500
-    index = np.arange(num_groups).repeat(n_est)
-    picks = sum(advantage.decoupled_train_mask(index, n_train, seed=(0, s)).long() for s in range(draws))
-    counts = picks.reshape(num_groups, n_est).sum(0).numpy()
-    expected = np.full(n_est, num_groups * draws * n_train / n_est)
-    assert stats.chisquare(counts, expected).pvalue > 1e-3
-    # Pairs too (a uniform subset, not a uniform marginal with a fixed pattern): P(0 and 1 both kept) =
-    # C(6, 1) / C(8, 3) = 3/28.
-    masks = [advantage.decoupled_train_mask(index, n_train, seed=(1, s)) for s in range(draws)]
-    both = sum(int((m.reshape(num_groups, n_est)[:, :2]).all(dim=1).sum()) for m in masks)
-    assert abs(both / (num_groups * draws) - 3 / 28) < 0.03
+# ---- decoupled baseline (appendix C); the subset itself is tested in test_masks.py ----
 
 
 def test_decoupled_advantages_use_all_n_est_for_the_baseline():
     rewards, mask, index, scores = make_batch(12, 8, seed=4)
-    train = advantage.decoupled_train_mask(index, 3, seed=11)
+    train = torch.from_numpy(decoupled_train_mask(index, 3, seed=11))
     adv, returns = advantage.compute_isocompute_grpo_decoupled(rewards, mask, index, n_train=3, seed=11)
     full, _ = advantage.compute_isocompute_grpo(rewards, mask, index)
     assert returns is adv
@@ -163,11 +149,20 @@ def test_decoupled_with_n_train_equal_n_est_is_plain_grpo():
     torch.testing.assert_close(adv, advantage.compute_isocompute_grpo(rewards, mask, index)[0])
 
 
-def test_decoupled_errors_name_the_setting():
+def test_decoupled_reads_n_train_and_seed_from_the_trainers_context():
+    rewards, mask, index, _ = make_batch(6, 4, seed=8)
+    explicit, _ = advantage.compute_isocompute_grpo_decoupled(rewards, mask, index, n_train=2, seed=(3, 1))
+    with advantage.estimator_context(n_train=2, seed=(3, 1)):
+        from_context, _ = advantage.compute_isocompute_grpo_decoupled(rewards, mask, index)
+        other_seed, _ = advantage.compute_isocompute_grpo_decoupled(rewards, mask, index, seed=(3, 2))  # keyword wins
+    torch.testing.assert_close(from_context, explicit)
+    assert not torch.equal(other_seed, explicit)
+    # n_train above a group's size (failures) trains on what is there
+    short, _ = advantage.compute_isocompute_grpo_decoupled(rewards, mask, index, n_train=9, seed=0)
+    torch.testing.assert_close(short, advantage.compute_isocompute_grpo(rewards, mask, index)[0])
+
+
+def test_decoupled_without_n_train_names_the_setting():
     rewards, mask, index, _ = make_batch(3, 4, seed=0)
-    with pytest.raises(ValueError, match=r"isocompute\.decoupled\.n_train"):
+    with pytest.raises(ValueError, match=r"isocompute\.decoupled\.n_train.*trainer_mode=isocompute"):
         advantage.compute_isocompute_grpo_decoupled(rewards, mask, index)
-    with pytest.raises(ValueError, match=r"n_train must be in \[1, n_est\]"):
-        advantage.decoupled_train_mask(index, 5, seed=0)
-    with pytest.raises(ValueError, match=r"n_train must be in \[1, n_est\]"):
-        advantage.decoupled_train_mask(index, 0, seed=0)

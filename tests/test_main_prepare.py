@@ -108,7 +108,81 @@ def test_lr_rule_is_written_into_verls_optimizer_config():
     prepare_lr(cfg, set())
     optim = cfg.actor_rollout_ref.actor.optim
     assert optim.lr == pytest.approx(1e-6 * (64 * 128 / 1024) ** 0.5)  # 2.83e-6 at B = 8192, as in the paper
-    assert optim.lr_warmup_steps == 10 and optim.lr_scheduler_type == "constant"
+    assert optim.lr_warmup_steps == 10 and optim.lr_warmup_steps_ratio == 0.0
+    assert (optim.lr_scheduler_type, optim.min_lr_ratio, optim.zero_indexed_step) == ("cosine", 1.0, False)
+
+
+def test_lr_rule_counts_the_rollouts_trained_on_under_the_decoupled_baseline(capsys):
+    from verl_isocompute.training.config import prepare_lr
+
+    cfg = compose_recipe("isocompute_hard", ["data.train_batch_size=128", "actor_rollout_ref.rollout.n=256",
+                                             "algorithm.adv_estimator=isocompute_grpo_decoupled", "isocompute.decoupled.n_train=64"])
+    prepare_lr(cfg, set())
+    assert cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(1e-6 * (128 * 64 / 1024) ** 0.5)  # 2.83e-6, not 5.66e-6
+    assert "B = B_problem 128 x n_train 64 = 8192 rollouts" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("override, shown", [
+    ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1", "optim.lr_warmup_steps_ratio=0.1 given on the command line.*sets .*lr_warmup_steps_ratio=0"),
+    ("actor_rollout_ref.actor.optim.lr_scheduler_type=constant", "optim.lr_scheduler_type=constant given .*lr_scheduler_type=cosine"),
+    ("actor_rollout_ref.actor.optim.zero_indexed_step=true", "zero_indexed_step=True given .*zero_indexed_step=false"),
+    ("actor_rollout_ref.actor.optim.min_lr_ratio=0.1", "min_lr_ratio=0.1 given .*min_lr_ratio=1"),
+    ("actor_rollout_ref.actor.optim.lr_warmup_steps=3", "lr_warmup_steps=3 given .*lr_warmup_steps=10"),
+])
+def test_explicit_schedule_keys_are_never_silently_replaced(override, shown):
+    from verl_isocompute.training.config import prepare_lr
+
+    cfg = compose_recipe("isocompute_hard", [override])
+    with pytest.raises(RecipeError, match=shown):
+        prepare_lr(cfg, {override.split("=")[0]})
+
+
+def test_explicit_schedule_keys_that_agree_and_the_allocation_path():
+    from verl_isocompute.training.config import prepare_lr
+
+    agree = ["actor_rollout_ref.actor.optim.lr_scheduler_type=cosine", "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0"]
+    prepare_lr(compose_recipe("isocompute_hard", agree), {a.split("=")[0] for a in agree})
+    # the allocation hook wrote lr and warm-up: they stay, the schedule is still written
+    cfg = compose_recipe("isocompute_hard", ["actor_rollout_ref.actor.optim.lr=5e-6", "actor_rollout_ref.actor.optim.lr_scheduler_type=constant"])
+    prepare_lr(cfg, set(), allocated=True)
+    assert cfg.actor_rollout_ref.actor.optim.lr == 5e-6 and cfg.actor_rollout_ref.actor.optim.lr_scheduler_type == "cosine"
+    # with the rule off, the user's lr stays and the warm-up schedule is still the recipe's
+    cfg = compose_recipe("isocompute_hard", ["isocompute.lr.rule=null", "actor_rollout_ref.actor.optim.lr=4e-6"])
+    prepare_lr(cfg, {"actor_rollout_ref.actor.optim.lr"})
+    assert cfg.actor_rollout_ref.actor.optim.lr == 4e-6 and cfg.actor_rollout_ref.actor.optim.zero_indexed_step is False
+
+
+def test_verls_own_scheduler_runs_update_k_at_the_warmup_rule():
+    """verl's FSDP engine builds the scheduler from the prepared config; replay its order (optimizer.step,
+    then scheduler.step, then read the lr it logs) and compare with lr_for_update."""
+    import torch
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
+
+    from verl_isocompute.training.config import prepare_lr
+    from verl_isocompute.training.lr import lr_for_update
+
+    cfg = compose_recipe("isocompute_hard", ["isocompute.lr.warmup_steps=4", "isocompute.lr.base_lr=1e-3"])
+    prepare_lr(cfg, set())
+    optim_config = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor.optim)
+    optim_config.total_training_steps = 6
+    engine = FSDPEngine.__new__(FSDPEngine)
+    engine.optimizer_config, engine.rank = optim_config, 1
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=optim_config.lr)
+    scheduler = engine._build_lr_scheduler(optimizer)
+    peak = cfg.actor_rollout_ref.actor.optim.lr
+    for k in range(1, 7):
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(lr_for_update(k, peak, 4))  # what update k uses
+        optimizer.step()
+        scheduler.step()
+        assert scheduler.get_last_lr()[0] == pytest.approx(lr_for_update(k + 1, peak, 4))  # what verl logs at step k
+
+
+def test_decoupled_baseline_needs_n_train_within_n():
+    for n_train in ("null", "5", "0"):
+        cfg = compose_recipe("cpu_demo", ["algorithm.adv_estimator=isocompute_grpo_decoupled", f"isocompute.decoupled.n_train={n_train}"])
+        with pytest.raises(RecipeError, match=rf"isocompute.decoupled.n_train={n_train}: set it in \[1, 4\]"):
+            check_group_size(cfg)
 
 
 def test_verl_platform_cpu_in_the_environment_with_a_gpu_recipe_is_refused(monkeypatch):

@@ -1,4 +1,5 @@
-"""Unbiased validation estimators, pass-rate histogram and epochs (verl_isocompute.training.metrics)."""
+"""Unbiased validation estimators (failed samples counted as wrong), pass-rate histogram, epochs and evicted
+compute (verl_isocompute.training.metrics)."""
 
 import itertools
 import subprocess
@@ -149,3 +150,26 @@ def test_metrics_imports_neither_torch_nor_verl():
     code = "import sys, verl_isocompute.training.metrics; print(sorted({'torch', 'verl'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_evicted_groups_count_every_eviction_verl_logs():
+    step = {"training/rollout_failure/evicted_samples": 2.0, "training/filter_groups/evicted_samples": 1,
+            "validation/rollout_failure/evicted_samples": 5, "actor/lr": 1e-6}
+    assert metrics.evicted_groups(step) == 3 and metrics.evicted_groups({}) == 0
+
+
+def test_failed_validation_samples_count_as_wrong():
+    # problem p1: 4 requested, 2 came back (both right); p2: all 4 failed; p3: 4 of 4, one right
+    uids = ["p1", "p1", "p3", "p3", "p3", "p3"]
+    records, failed = metrics.validation_records(uids, ["d"] * 6, [1, 1, 0, 1, 0, 0],
+                                                 expected_counts={("d", "p1"): 4, ("d", "p2"): 4, ("d", "p3"): 4})
+    assert failed == 6 and len(records) == 12
+    assert records.groupby("uid")["acc"].agg(["size", "sum"]).to_dict("index") == {
+        "p1": {"size": 4, "sum": 2.0}, "p2": {"size": 4, "sum": 0.0}, "p3": {"size": 4, "sum": 1.0}}
+    with pytest.raises(ValueError, match="never submitted"):
+        metrics.validation_records(["p9"], ["d"], [1], expected_counts={("d", "p1"): 4})
+    with pytest.raises(ValueError, match="1 more validation samples than were requested"):
+        metrics.validation_records(["p1"] * 3, ["d"] * 3, [1, 1, 1], expected_counts={("d", "p1"): 2})
+    # without verl's counts: every problem that came back was asked for default_n samples
+    records, failed = metrics.validation_records(["p1", "p1"], ["d", "d"], [1, 0], default_n=4)
+    assert failed == 2 and metrics.validation_metrics(records, k=4)["val/avg@4"] == 0.25

@@ -6,6 +6,9 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
+from verl_isocompute.training.names import GRPO_ESTIMATOR, TRAINER, ZERO_VARIANCE_MODES
+
 RECIPES = ["isocompute_easy", "isocompute_hard", "isocompute_mixed", "cpu_demo"]
 
 
@@ -20,7 +23,10 @@ def test_recipe_composes_and_is_the_healthy_recipe(name):
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
     actor, rollout = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
     assert cfg.isocompute.recipe == name
-    assert cfg.trainer.v1.trainer_mode == "isocompute" and cfg.algorithm.adv_estimator == "isocompute_grpo"
+    # the YAML spells our registered names; they must be the ones the code registers
+    assert cfg.trainer.v1.trainer_mode == TRAINER and cfg.algorithm.adv_estimator == GRPO_ESTIMATOR
+    assert cfg.isocompute.zero_variance.mode in ZERO_VARIANCE_MODES
+    assert {key: actor.optim[key] for key in VERL_WARMUP_SCHEDULE} == VERL_WARMUP_SCHEDULE  # update k at lr * k / W
     assert actor.ppo_mini_batch_size == cfg.data.train_batch_size and actor.ppo_epochs == 1  # on-policy
     assert rollout.temperature == 0.6 and rollout.top_p == 1.0
     assert rollout.val_kwargs.temperature == 0.6 and rollout.val_kwargs.n == 4

@@ -1,6 +1,9 @@
-"""Our loss: KL and entropy act on exactly the sequences of groups whose accuracy varies."""
+"""Our loss: KL and entropy act on exactly the sequences of groups whose accuracy varies; the normalisers
+count only the kept rows; the loss reports which rows it saw."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -11,7 +14,8 @@ from verl.workers.config import ActorConfig
 from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import no_padding_2_padding
 
-from verl_isocompute.training.regularizers import REG_MASK_FIELD, isocompute_ppo_loss
+from verl_isocompute.training.names import REG_MASK_FIELD, ROW_ID_FIELD, SEQ_COUNT_FIELD
+from verl_isocompute.training.regularizers import isocompute_ppo_loss
 
 
 def value(metric) -> torch.Tensor:
@@ -120,3 +124,75 @@ def test_truncated_importance_weights_reach_the_policy_gradient(reg_mask):
         _, metrics = isocompute_ppo_loss(cfg, output, data)
         losses[w] = value(metrics["actor/pg_loss"])
     assert torch.allclose(losses[2.0], 2 * losses[1.0]) and losses[1.0] != 0
+
+
+def _with(data, **fields):
+    for name, value in fields.items():
+        data[name] = torch.as_tensor(value, dtype=torch.float64 if name == ROW_ID_FIELD else torch.float32)
+    return data
+
+
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"])
+def test_seq_mean_divides_by_the_kept_sequences_not_verls_constant(mode):
+    """groups mode / decoupled baseline: rows 1 and 3 were dropped (masks zeroed); verl would still divide by 6."""
+    cfg = dataclasses.replace(_config(), loss_agg_mode=mode, use_kl_loss=False, entropy_coeff=0.0)
+    kept = torch.tensor([1, 0, 1, 0, 1, 1], dtype=torch.float32)[:, None]
+    data, output = _batch()
+    data["response_mask"] = data["response_mask"] * kept
+    _, ours = isocompute_ppo_loss(cfg, output, _with(data, **{SEQ_COUNT_FIELD: [4.0] * B}))
+    reference, _ = _batch()
+    reference["response_mask"] = reference["response_mask"] * kept
+    tu.assign_non_tensor(reference, global_batch_size=4)  # what the loss must divide by: the 4 kept sequences
+    _, want = ppo_loss(cfg, {"log_probs": output["log_probs"]}, reference)
+    torch.testing.assert_close(value(ours["actor/pg_loss"]), value(want["actor/pg_loss"]))
+    verl_data, _ = _batch()
+    verl_data["response_mask"] = verl_data["response_mask"] * kept
+    _, verl = ppo_loss(cfg, {"log_probs": output["log_probs"]}, verl_data)  # global_batch_size 6
+    torch.testing.assert_close(value(verl["actor/pg_loss"]) * 6 / 4, value(ours["actor/pg_loss"]))
+
+
+def test_seq_count_leaves_token_mean_alone():
+    data, output = _batch()
+    ours, _ = isocompute_ppo_loss(_config(), output, _with(data, **{SEQ_COUNT_FIELD: [2.0] * B}))
+    theirs, _ = ppo_loss(_config(), output, _batch()[0])
+    assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("reg_mask", [None, [0] * B])
+def test_a_step_with_nothing_kept_logs_loss_zero_not_nan(reg_mask):
+    """groups mode when no group varies: every mask is zero, verl's token normaliser is 0."""
+    data, output = _batch(reg_mask=reg_mask)
+    data["response_mask"] = torch.zeros(B, R)
+    tu.assign_non_tensor(data, batch_num_tokens=0)
+    verl_data, _ = _batch()
+    verl_data["response_mask"] = torch.zeros(B, R)
+    tu.assign_non_tensor(verl_data, batch_num_tokens=0)
+    _, verl = ppo_loss(_config(), output, verl_data)
+    assert torch.isnan(value(verl["actor/pg_loss"]))  # what verl alone would log
+    loss, metrics = isocompute_ppo_loss(_config(), output, data)
+    for key in ("actor/pg_loss", "actor/entropy_loss", "kl_loss"):
+        assert value(metrics[key]).item() == 0.0, key
+    assert loss.item() == 0.0
+
+
+def test_probes_report_exact_step_totals_of_what_the_loss_masked():
+    reg_mask, ids = [1, 0, 1, 1, 0, 0], [10.0, 20.0, 30.0, 40.0, 50.0, 60.0]
+    data, output = _batch(reg_mask=reg_mask)
+    data["response_mask"][3] = 0  # a dropped row: carries no loss even though its reg flag is set
+    tu.assign_non_tensor(data, dp_size=2)  # verl averages SUM metrics over ranks: the probes pre-multiply
+    _, metrics = isocompute_ppo_loss(_config(), output, _with(data, **{ROW_ID_FIELD: ids}))
+    tokens = data["response_mask"].sum(-1)
+    reg = torch.tensor(reg_mask, dtype=torch.float32) * (tokens > 0)
+    probe = {k.removeprefix("actor/isocompute/"): value(v).item() for k, v in metrics.items() if k.startswith("actor/isocompute/")}
+    assert probe["loss_seqs"] == 2 * 5 and probe["loss_tokens"] == 2 * tokens.sum().item()
+    assert probe["loss_rowsum"] == 2 * (11 + 21 + 31 + 51 + 61)
+    assert probe["reg_seqs"] == 2 * 2 and probe["reg_tokens"] == 2 * (tokens * reg).sum().item()
+    assert probe["reg_rowsum"] == 2 * (11 + 31) and probe["reg_rowsqsum"] == 2 * (11**2 + 31**2)
+    assert probe["token_normaliser"] == data["batch_num_tokens"] and probe["seq_normaliser"] == B
+    entropy = no_padding_2_padding(output["entropy"], data)
+    token_mask = reg[:, None] * data["response_mask"]
+    assert probe["reg_entropy_sum"] == pytest.approx(2 * (entropy * token_mask).sum().item(), rel=1e-6)
+    # the logged entropy loss is the masked sum over all tokens (x dp): = kept mean x kept share
+    mean, share = probe["reg_entropy_sum"] / probe["reg_tokens"], probe["reg_tokens"] / (2 * data["batch_num_tokens"])
+    assert value(metrics["actor/entropy_loss"]).item() == pytest.approx(2 * mean * share, rel=1e-5)
+    assert "reg_kl_sum" in probe

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from verl_isocompute import runlog
-from verl_isocompute.runlog import RUN_LOG, RunLogError, RunLogWriter, read_jsonl, read_run_log, write_run_log
+from verl_isocompute.runlog import (
+    RUN_LOG,
+    RunLogError,
+    RunLogWriter,
+    read_jsonl,
+    read_run_log,
+    write_run_log,
+)
 
 
 def _row(step, rollouts=0, **extra):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
+from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, GRPO_ESTIMATOR, TRAINER
+
 
 def _attr(module: str, name: str):
     return getattr(importlib.import_module(module), name)
@@ -19,10 +21,11 @@ EXPECTED: dict[str, Callable[[], bool]] = {
     "platform cpu": lambda: _attr("verl.plugin.platform", "PlatformRegistry").get("cpu") is not None,
     "rollout hf (replica)": lambda: "hf" in _attr("verl.workers.rollout.replica", "RolloutReplicaRegistry")._registry,
     "rollout hf (adapter)": lambda: ("hf", "async") in _attr("verl.workers.rollout.base", "_ROLLOUT_REGISTRY"),
-    "estimator isocompute_grpo": lambda: "isocompute_grpo" in _attr("verl.trainer.ppo.core_algos", "ADV_ESTIMATOR_REGISTRY"),
-    "estimator isocompute_grpo_decoupled": lambda: "isocompute_grpo_decoupled"
-    in _attr("verl.trainer.ppo.core_algos", "ADV_ESTIMATOR_REGISTRY"),
-    "trainer isocompute": lambda: "isocompute" in _attr("verl.trainer.ppo.v1.trainer_base", "TRAINER_REGISTRY"),
+    **{
+        f"estimator {name}": (lambda name=name: name in _attr("verl.trainer.ppo.core_algos", "ADV_ESTIMATOR_REGISTRY"))
+        for name in (GRPO_ESTIMATOR, DECOUPLED_ESTIMATOR)
+    },
+    f"trainer {TRAINER}": lambda: TRAINER in _attr("verl.trainer.ppo.v1.trainer_base", "TRAINER_REGISTRY"),
 }
 
 

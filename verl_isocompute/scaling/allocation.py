@@ -394,9 +394,9 @@ def _learning_rate(
         )
     except ValueError as exc:
         raise AllocationError(str(exc)) from None
-    if lr.warmup_steps > 0 and lr.warmup_steps >= steps:
+    if lr.warmup_steps > 0 and lr.warmup_steps > steps:
         reasons.append(
-            f"warm-up ({lr.warmup_steps} steps) is not shorter than the run ({steps} steps): lr never reaches {lr.lr:.3g}"
+            f"warm-up ({lr.warmup_steps} steps) is longer than the run ({steps} steps): lr never reaches {lr.lr:.3g}"
         )
     return lr
 

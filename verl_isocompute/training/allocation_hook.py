@@ -53,6 +53,7 @@ from verl_isocompute.scaling.allocation import (
     format_decision,
 )
 from verl_isocompute.scaling.curve import CurveError
+from verl_isocompute.training.names import DECOUPLED_ESTIMATOR
 
 __all__ = [
     "CONFIG_PATH", "allocation_settings", "apply_allocation", "decoupled_n_train",
@@ -62,7 +63,6 @@ __all__ = [
 ]
 
 CONFIG_PATH = "isocompute.allocation"
-DECOUPLED_ESTIMATOR = "isocompute_grpo_decoupled"
 # trainer.total_epochs only bounds the epoch loop: a larger value the user set already lets M steps run.
 _AT_LEAST_KEYS = frozenset({"trainer.total_epochs"})
 

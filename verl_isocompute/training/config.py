@@ -9,9 +9,10 @@ outside ``hydra.main`` with :func:`compose_recipe`). What :func:`prepare` resolv
   ``actor_rollout_ref.model.path`` is checked to be a usable local checkpoint with a chat template;
 - the data: ``isocompute.data.source=arithmetic`` generates the seeded demo problem set;
 - the allocation hook (``isocompute.allocation.enable``): a budget becomes ``rollout.n``,
-  ``data.train_batch_size``, steps and lr (:func:`verl_isocompute.scaling.allocation.apply_allocation`);
-- the learning rate (``isocompute.lr``): lr = base_lr * sqrt(B_problem * n / b_ref) with a linear
-  warm-up, written into verl's optimizer config (:mod:`verl_isocompute.training.lr`), so no worker resolves it;
+  ``data.train_batch_size``, steps and lr (:func:`verl_isocompute.training.allocation_hook.apply_allocation`);
+- the learning rate (``isocompute.lr``): lr = base_lr * sqrt(B / b_ref), B = B_problem * n (n_train under
+  the decoupled baseline), with update k at lr * min(1, k / W), written into verl's optimizer config
+  (:mod:`verl_isocompute.training.lr`), so no worker resolves it;
 - the run directory ``isocompute.run_dir``: hydra's record of the config, our run log
   (``isocompute.jsonl``), verl's metrics (``verl_metrics.jsonl``), checkpoints and validation generations.
 
@@ -28,10 +29,12 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl_isocompute.runlog import VERL_METRICS
+from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE, resolve_lr
+from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, ESTIMATORS
 
 # Estimators that compare samples within a group (GRPO family): a group of one has no baseline.
 GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_passk", "optimal_token_baseline",
-                    "isocompute_grpo", "isocompute_grpo_decoupled")
+                    *ESTIMATORS)
 GPU_ONLY_ROLLOUTS = ("vllm", "sglang", "trtllm")
 
 
@@ -113,12 +116,20 @@ def prepare_run_dir(cfg: DictConfig) -> Path:
 
 
 def check_group_size(cfg: DictConfig) -> None:
+    """Group estimators need rollout.n >= 2; the decoupled baseline needs 1 <= n_train <= n (a config error,
+    caught before the run: the estimators themselves give a group of one advantage 0 and never raise)."""
     estimator = _select(cfg, "algorithm.adv_estimator")
     n = _select(cfg, "actor_rollout_ref.rollout.n")
     if estimator in GROUP_ESTIMATORS and n is not None and int(n) < 2:
         raise RecipeError(
             f"algorithm.adv_estimator={estimator} compares rollouts of the same problem, but "
             f"actor_rollout_ref.rollout.n={n}: set actor_rollout_ref.rollout.n to 2 or more (the recipes use >= 4)"
+        )
+    n_train = _select(cfg, "isocompute.decoupled.n_train")
+    if estimator == DECOUPLED_ESTIMATOR and (n_train is None or not 1 <= int(n_train) <= int(n)):
+        raise RecipeError(
+            f"algorithm.adv_estimator={DECOUPLED_ESTIMATOR} trains on n_train of the actor_rollout_ref.rollout.n={n} "
+            f"rollouts per problem, but isocompute.decoupled.n_train={_show(n_train)}: set it in [1, {n}]"
         )
 
 
@@ -160,44 +171,71 @@ def prepare_allocation(cfg: DictConfig, explicit_keys: set[str]) -> bool:
     return True
 
 
-LR_KEYS = ("actor_rollout_ref.actor.optim.lr", "actor_rollout_ref.actor.optim.lr_warmup_steps")
+OPTIM = "actor_rollout_ref.actor.optim"
+# Keys of verl's optimizer config that prepare_lr writes: the rule's lr and warm-up, and the schedule that
+# makes update k run at lr * min(1, k / W) (training.lr.VERL_WARMUP_SCHEDULE).
+LR_KEYS = tuple(f"{OPTIM}.{key}" for key in ("lr", "lr_warmup_steps", *VERL_WARMUP_SCHEDULE))
 
 
-def prepare_lr(cfg: DictConfig, explicit_keys: set[str]) -> None:
-    """Write the recipe's LR rule into verl's optimizer config (before any worker exists)."""
-    from verl_isocompute.training.lr import resolve_lr
+def _same(value, wanted) -> bool:
+    if isinstance(wanted, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return math.isclose(float(value), wanted, rel_tol=1e-6)
+    return value == wanted
 
+
+def _show(value) -> str:
+    """A config value as it is written on the command line."""
+    if value is None or isinstance(value, bool):
+        return str(value).lower().replace("none", "null")
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def prepare_lr(cfg: DictConfig, explicit_keys: set[str], allocated: bool = False) -> None:
+    """Write the recipe's LR rule and warm-up schedule into verl's optimizer config (before any worker exists).
+
+    The schedule keys are always written: update k (1-based) runs at lr * min(1, k / W). The rule's lr and
+    W are written when ``isocompute.lr.rule`` is set, unless the allocation hook already wrote them
+    (``allocated``). B of the rule counts the rollouts trained on: b_problem * n, or b_problem * n_train under
+    the decoupled baseline. A key given on the command line that disagrees is an error naming both values.
+    """
     rule = _select(cfg, "isocompute.lr.rule")
-    if rule in (None, "none", "null"):
-        return
-    try:
-        decision = resolve_lr(
-            b_problem=int(cfg.data.train_batch_size), n=int(cfg.actor_rollout_ref.rollout.n),
-            base_lr=float(cfg.isocompute.lr.base_lr), b_ref=float(cfg.isocompute.lr.b_ref), rule=str(rule),
-            warmup_steps=int(cfg.isocompute.lr.warmup_steps),
-        )
-    except ValueError as exc:
-        raise RecipeError(f"isocompute.lr: {exc}") from None
+    if rule in ("none", "null"):
+        rule = None
+    resolved: dict = {f"{OPTIM}.{key}": value for key, value in VERL_WARMUP_SCHEDULE.items()}
+    decision = None
+    n_train = _select(cfg, "isocompute.decoupled.n_train") if _select(cfg, "algorithm.adv_estimator") == DECOUPLED_ESTIMATOR else None
+    if rule is not None and not allocated:
+        try:
+            decision = resolve_lr(
+                b_problem=int(cfg.data.train_batch_size), n=int(cfg.actor_rollout_ref.rollout.n),
+                base_lr=float(cfg.isocompute.lr.base_lr), b_ref=float(cfg.isocompute.lr.b_ref), rule=str(rule),
+                warmup_steps=int(cfg.isocompute.lr.warmup_steps), n_train=None if n_train is None else int(n_train),
+            )
+        except ValueError as exc:
+            raise RecipeError(f"isocompute.lr: {exc}") from None
+        resolved[f"{OPTIM}.lr"] = decision.lr
+        resolved[f"{OPTIM}.lr_warmup_steps"] = decision.warmup_steps
     # A value given on the command line stays only if it is what the rule gives (e.g. pasted from
     # `isocompute allocate --format overrides`); anything else would be silently replaced: refuse.
-    resolved = dict(zip(LR_KEYS, (decision.lr, decision.warmup_steps)))
-    conflicts = [k for k in sorted(explicit_keys & set(LR_KEYS)) if not math.isclose(float(_select(cfg, k)), resolved[k], rel_tol=1e-6)]
+    conflicts = [k for k in sorted(explicit_keys & set(resolved)) if not _same(_select(cfg, k), resolved[k])]
     if conflicts:
+        fix = ("drop the override, or set isocompute.lr.rule=null to use your own learning rate" if decision else
+               "drop the override: the recipe's warm-up runs update k at lr * min(1, k / lr_warmup_steps)")
         raise RecipeError(
             f"{', '.join(f'{k}={_select(cfg, k)}' for k in conflicts)} given on the command line, but "
-            f"isocompute.lr.rule={rule} sets {', '.join(f'{k}={resolved[k]:g}' for k in conflicts)}; drop the override, "
-            "or set isocompute.lr.rule=null to use your own learning rate"
+            f"isocompute.lr sets {', '.join(f'{k}={_show(resolved[k])}' for k in conflicts)}; {fix}"
         )
     with open_dict(cfg):
-        cfg.actor_rollout_ref.actor.optim.lr = decision.lr
-        cfg.actor_rollout_ref.actor.optim.lr_warmup_steps = decision.warmup_steps
-        cfg.actor_rollout_ref.actor.optim.lr_warmup_steps_ratio = 0.0
-    print(
-        f"[isocompute] lr: {decision.lr:.3g} ({rule} rule: {decision.base_lr:g} * sqrt({decision.batch_rollouts} / "
-        f"{decision.b_ref:g}) for B = {cfg.data.train_batch_size} x {cfg.actor_rollout_ref.rollout.n} rollouts), "
-        f"warm-up {decision.warmup_steps} steps",
-        flush=True,
-    )
+        for key, value in resolved.items():
+            OmegaConf.update(cfg, key, value, merge=False)
+    if decision is not None:
+        per_problem = f"n_train {n_train}" if n_train is not None else f"n {cfg.actor_rollout_ref.rollout.n}"
+        print(
+            f"[isocompute] lr: {decision.lr:.3g} ({rule} rule: {decision.base_lr:g} * sqrt(B / {decision.b_ref:g}) with "
+            f"B = B_problem {cfg.data.train_batch_size} x {per_problem} = {decision.batch_rollouts} rollouts trained on per step), "
+            f"warm-up {decision.warmup_steps} steps (update k at lr * min(1, k / {decision.warmup_steps}))",
+            flush=True,
+        )
 
 
 def prepare(cfg: DictConfig, explicit_keys: set[str] | None = None) -> DictConfig:
@@ -211,9 +249,10 @@ def prepare(cfg: DictConfig, explicit_keys: set[str] | None = None) -> DictConfi
     prepare_model(cfg)
     prepare_data(cfg)
     # The allocation sets n, B_problem and the lr through the same LR rule; otherwise the rule runs here.
-    if not prepare_allocation(cfg, explicit_keys):
-        prepare_lr(cfg, explicit_keys)
+    # The warm-up schedule is written either way.
+    allocated = prepare_allocation(cfg, explicit_keys)
     check_group_size(cfg)
+    prepare_lr(cfg, explicit_keys, allocated=allocated)
     prepare_run_dir(cfg)
     return cfg
 

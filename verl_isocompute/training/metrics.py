@@ -18,9 +18,15 @@ verl's own ``best@k``/``worst@k`` validation metrics bootstrap k samples *with* 
 can repeat a sample and see fewer distinct ones: their best@k is biased low and worst@k biased high (and
 they are noisy); these estimators have neither problem.
 
+A validation sample that failed (its agent loop raised) leaves no record at all. It still counts, as a
+wrong answer, exactly as verl counts it (``expected_acc_counts``): :func:`validation_records` pads each
+problem up to the number of samples that were requested for it, so n is the requested count, never the
+number that happened to come back, and a failure can neither raise nor flatter best@k.
+
 Training diagnostics (section 6): the distribution of per-problem pass rates within an epoch shows
 whether progress is uniform or rich-get-richer (interference between problems), and epochs are
-steps * b_problem / D.
+steps * b_problem / D. Compute that verl sampled and then discarded (a group with a failed rollout is
+evicted and replaced by a new prompt) is counted by :func:`evicted_groups`.
 """
 
 from __future__ import annotations
@@ -80,6 +86,57 @@ def _per_problem(records: Records, columns: list[str]) -> pd.DataFrame:
     # dropna=False: a problem with a missing data_source still counts in the overall metrics.
     grouped = frame.assign(acc=acc).groupby(keys, sort=True, dropna=False)["acc"]
     return grouped.agg(n="size", c="sum").reset_index()
+
+
+def validation_records(
+    sample_uids: Iterable[Any],
+    data_sources: Iterable[Any],
+    acc: Iterable[float],
+    expected_counts: Mapping[tuple[str, str], int] | None = None,
+    default_n: int | None = None,
+) -> tuple[pd.DataFrame, int]:
+    """Per-sample validation records with every failed sample present as a wrong one.
+
+    Args:
+        sample_uids, data_sources, acc: one entry per validation sample that came back (acc is 0/1).
+        expected_counts: verl's ``expected_acc_counts``: (str(data_source), str(uid)) -> samples requested
+            for that problem, for every problem submitted (also those whose samples all failed).
+        default_n: without ``expected_counts``, the samples requested per problem that came back
+            (``rollout.val_kwargs.n``).
+
+    Returns:
+        (records with columns ``uid``, ``data_source``, ``acc``; the number of failed samples added as acc 0).
+    """
+    frame = pd.DataFrame({
+        "uid": [str(u) for u in sample_uids],
+        "data_source": [str(d) for d in data_sources],
+        "acc": [float(a) for a in acc],
+    })
+    seen = frame.groupby(["data_source", "uid"], sort=False).size()
+    if expected_counts is None:
+        if default_n is None:
+            raise ValueError("pass expected_counts (verl's expected_acc_counts) or default_n")
+        expected = pd.Series(int(default_n), index=seen.index)
+    else:
+        expected = pd.Series(
+            [int(c) for c in expected_counts.values()],
+            index=pd.MultiIndex.from_tuples([(str(d), str(u)) for d, u in expected_counts], names=["data_source", "uid"]),
+            dtype=np.int64,
+        )
+        unknown = seen.index.difference(expected.index)
+        if len(unknown):
+            raise ValueError(f"validation samples of {len(unknown)} problem(s) that were never submitted, e.g. {unknown[0]}")
+    missing = expected.sub(seen.reindex(expected.index, fill_value=0))
+    if (missing < 0).any():
+        (source, uid), extra = missing.idxmin(), int(-missing.min())
+        raise ValueError(f"problem {uid!r} ({source}) has {extra} more validation samples than were requested")
+    failed = missing[missing > 0]
+    padding = pd.DataFrame({
+        "uid": failed.index.get_level_values("uid").repeat(failed.to_numpy()),
+        "data_source": failed.index.get_level_values("data_source").repeat(failed.to_numpy()),
+        "acc": 0.0,
+    })
+    return pd.concat([frame, padding], ignore_index=True), int(failed.sum())
 
 
 def validation_metrics(records: Records, k: int | None = None, prefix: str = "val") -> dict[str, float]:
@@ -150,6 +207,24 @@ def pass_rate_histogram(records: Records, bins: int = 10) -> dict[str, Any]:
         "frac_zero": float(np.mean(rates == 0.0)) if n_problems else 0.0,
         "frac_one": float(np.mean(rates == 1.0)) if n_problems else 0.0,
     }
+
+
+# verl's per-step counts of prompt groups it sampled and then evicted from its replay buffer (summed over
+# the step): groups with a failed rollout, stale groups (async off-policy limit), DAPO-filtered groups.
+EVICTION_METRICS = (
+    "training/rollout_failure/evicted_samples",
+    "training/off_policy/evicted_samples",
+    "training/filter_groups/evicted_samples",
+)
+
+
+def evicted_groups(step_metrics: Mapping[str, Any]) -> int:
+    """Prompt groups verl sampled in this step and then threw away (:data:`EVICTION_METRICS`).
+
+    Their rollouts were generated, so they are sampling compute (n rollouts each) even though no row of
+    theirs reaches the update.
+    """
+    return int(sum(float(step_metrics.get(key, 0) or 0) for key in EVICTION_METRICS))
 
 
 def epochs(steps: float, b_problem: int, dataset_size: int) -> float:

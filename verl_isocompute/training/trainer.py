@@ -4,24 +4,33 @@ trainer plus what the IsoCompute playbook (arXiv 2603.12151) needs to be measure
 On top of ``PPOTrainerSync`` it:
 
 - installs our loss in the actor workers (:func:`verl_isocompute.training.regularizers.isocompute_ppo_loss`,
-  through the workers' ``set_loss_fn``), and marks per sample what the loss should do:
-  ``isocompute.zero_variance.mode`` = ``off`` | ``groups`` (zero-variance groups leave every loss term
-  and the token normaliser) | ``regularizers`` (KL / entropy only on groups whose accuracy varies);
-- runs the decoupled baseline of appendix C (``algorithm.adv_estimator=isocompute_grpo_decoupled``,
-  ``isocompute.decoupled.n_train``): baseline from all n_est = ``rollout.n`` rollouts, training on a seeded
-  uniform subset of n_train per group, the rest masked out of every loss term and the normaliser;
+  through the workers' ``set_loss_fn``);
+- after verl's own advantage step (``super()._compute_advantage``, with our estimators told which rows are
+  padding and, under the decoupled baseline, n_train and the step's seed: :func:`estimator_context`), turns
+  the step's rewards into masks (:func:`verl_isocompute.training.masks.step_masks`) and moves them into the
+  TransferQueue fields the actor workers train on: dropped rows lose their ``response_mask`` and
+  ``loss_mask``; ``regularizers`` mode adds the KL / entropy mask; seq-mean aggregation gets the kept
+  sequence count; every row gets an id so the loss can report which rows it saw;
+- checks after the update that the workers trained on exactly those rows, and logs the rate the update
+  used as ``actor/lr`` (verl reports the rate of the *next* update; kept as ``actor/lr_next``);
+- keeps verl's policy for failed rollouts explicit: a group with a failed rollout is evicted and replaced
+  by a fresh prompt (verl's ``ReplayBufferAsync``), so every trained group has its n rollouts, and the
+  evicted groups' rollouts are still charged to compute;
 - counts compute in one place (:class:`ComputeCounter`): cumulative rollouts C (every sampled rollout,
-  n_est of them under the decoupled baseline) and generated tokens;
-- computes validation avg@k / best@k / worst@k with the unbiased combinatorial estimators
-  (:mod:`verl_isocompute.training.metrics`), overall and per data source, and the per-problem training pass-rate
-  distribution of each epoch (the paper's interference diagnostic);
-- writes the run log ``<isocompute.run_dir>/isocompute.jsonl`` (contract in ARCHITECTURE.md): a header,
+  n_est of them under the decoupled baseline, evicted groups included) and generated tokens (of the
+  groups that reached the update: a lower bound when groups were evicted);
+- computes validation avg@k / best@k / worst@k with the unbiased combinatorial estimators, a failed
+  validation sample counting as a wrong one (:mod:`verl_isocompute.training.metrics`), overall and per data
+  source, and the per-problem training pass-rate distribution of each epoch (the paper's interference
+  diagnostic);
+- writes the run log ``<isocompute.run_dir>/isocompute.jsonl`` (:mod:`verl_isocompute.runlog`): a header,
   then one row per step (a step-0 row carries the validation before training). A run resumed from a
   checkpoint continues C and tokens from the log and drops rows past the resumed step.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import partial
 
@@ -33,19 +42,35 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_isocompute.runlog import RunLogWriter
 from verl_isocompute.training import metrics as iso_metrics
-from verl_isocompute.training.advantage import (
-    compute_isocompute_grpo_decoupled,
-    decoupled_train_mask,
-    group_has_variance,
+from verl_isocompute.training.advantage import estimator_context
+from verl_isocompute.training.config import check_group_size
+from verl_isocompute.training.lr import (
+    VERL_WARMUP_SCHEDULE,
+    lr_for_update,
+    rule_batch_rollouts,
 )
-from verl_isocompute.training.regularizers import (
-    MODES,
+from verl_isocompute.training.masks import StepMasks, accuracy, row_ids, step_masks
+from verl_isocompute.training.names import (
+    DECOUPLED_ESTIMATOR,
+    GROUPS,
     REG_MASK_FIELD,
-    isocompute_ppo_loss,
+    REGULARIZERS,
+    ROW_ID_FIELD,
+    SEQ_COUNT_FIELD,
+    TRAINER,
+    ZERO_VARIANCE_MODES,
 )
+from verl_isocompute.training.regularizers import PROBE_PREFIX
 
-TRAINER_NAME = "isocompute"
-DECOUPLED = "isocompute_grpo_decoupled"
+# What the trainer sent and the loss reports back (regularizers.PROBE_PREFIX + name), compared every step.
+CHECKED_PROBES = ("loss_seqs", "loss_tokens", "loss_rowsum", "reg_seqs", "reg_tokens", "reg_rowsum", "reg_rowsqsum")
+RUN_LOG_METRICS = (
+    "isocompute/train_acc", "isocompute/zero_var_group_frac", "isocompute/reg_active_frac", "isocompute/trained_frac",
+    "isocompute/trained_per_group_min", "isocompute/trained_per_group_max", "isocompute/padding_rows",
+    "isocompute/singleton_rows", "isocompute/evicted_groups", "isocompute/evicted_rollouts",
+    "isocompute/reg_entropy_mean", "isocompute/reg_kl_mean", "isocompute/reg_token_share", "isocompute/reg_seq_share",
+    "training/rollout_probs_diff_max", "response_length/mean",
+)
 
 
 @dataclass
@@ -60,47 +85,81 @@ class ComputeCounter:
         self.tokens += int(tokens)
 
 
-def _acc_of(extra_fields: list, scores: torch.Tensor) -> np.ndarray:
-    """Binary accuracy per sample: the reward's ``acc`` when it gives one, else score > 0."""
-    acc = []
-    for extra, score in zip(extra_fields, scores.tolist(), strict=True):
-        info = extra.get("reward_extra_info", {}) if isinstance(extra, dict) else {}
-        acc.append(float(bool(info["acc"])) if "acc" in info and info["acc"] is not None else float(score > 0))
-    return np.asarray(acc, dtype=np.float32)
-
-
-@register_trainer(TRAINER_NAME)
+@register_trainer(TRAINER)
 class IsoComputeTrainer(PPOTrainerSync):
-    """verl's sync on-policy trainer with the IsoCompute recipe's loss, compute accounting and run log."""
+    """verl's sync on-policy trainer with the IsoCompute recipe's masks, compute accounting and run log."""
 
     def __init__(self, config) -> None:
         super().__init__(config)
-        iso = config.get("isocompute") or {}
-        self.zero_var_mode = str(OmegaConf.select(config, "isocompute.zero_variance.mode", default="off"))
-        if self.zero_var_mode not in MODES:
-            raise ValueError(f"isocompute.zero_variance.mode={self.zero_var_mode!r}: use one of {', '.join(MODES)}")
-        self.n = int(config.actor_rollout_ref.rollout.n)
-        self.b_problem = int(config.data.train_batch_size)
-        self.n_train = OmegaConf.select(config, "isocompute.decoupled.n_train", default=None)
-        if config.algorithm.adv_estimator == DECOUPLED:
-            if self.n_train is None or not (1 <= int(self.n_train) <= self.n):
-                raise ValueError(
-                    f"algorithm.adv_estimator={DECOUPLED} needs isocompute.decoupled.n_train in [1, "
-                    f"actor_rollout_ref.rollout.n={self.n}], got {self.n_train}"
-                )
-            self.n_train = int(self.n_train)
-        self.pass_rate_bins = int(OmegaConf.select(config, "isocompute.pass_rate_bins", default=10))
-        run_dir = iso.get("run_dir") or config.trainer.default_local_dir
+        self._read_settings(config)
+        run_dir = OmegaConf.select(config, "isocompute.run_dir", default=None) or config.trainer.default_local_dir
         self.run_log = RunLogWriter(run_dir)
         self.compute = ComputeCounter()
         self._step_info: dict = {}
+        self._expected_probes: dict = {}
         self._val_info: dict = {}
         self._epoch_records: list[dict] = []
 
     # -- set-up --------------------------------------------------------------------------------------
+    def _read_settings(self, config) -> None:
+        """Our settings, checked before any worker starts (a bad one is a ValueError naming the key)."""
+        check_group_size(config)
+        self.zero_var_mode = str(OmegaConf.select(config, "isocompute.zero_variance.mode", default="off"))
+        if self.zero_var_mode not in ZERO_VARIANCE_MODES:
+            raise ValueError(f"isocompute.zero_variance.mode={self.zero_var_mode!r}: use one of {', '.join(ZERO_VARIANCE_MODES)}")
+        self.n = int(config.actor_rollout_ref.rollout.n)
+        self.b_problem = int(config.data.train_batch_size)
+        self.decoupled = config.algorithm.adv_estimator == DECOUPLED_ESTIMATOR
+        self.n_train = int(OmegaConf.select(config, "isocompute.decoupled.n_train")) if self.decoupled else None
+        self.pass_rate_bins = int(OmegaConf.select(config, "isocompute.pass_rate_bins", default=10))
+        # Update k is global step k (the rate we log, and the seed of the decoupled subset, rely on it).
+        sync_step = int(config.trainer.v1.get(config.trainer.v1.trainer_mode, {}).get("parameter_sync_step", 1))
+        if sync_step != 1 or int(config.trainer.critic_warmup) != 0:
+            raise ValueError(
+                f"the isocompute trainer makes one actor update per step: set trainer.critic_warmup=0 (got "
+                f"{config.trainer.critic_warmup}) and parameter_sync_step=1 (got {sync_step})"
+            )
+        optim = config.actor_rollout_ref.actor.optim
+        for key, wanted in VERL_WARMUP_SCHEDULE.items():
+            if optim.get(key) != wanted:
+                raise ValueError(
+                    f"actor_rollout_ref.actor.optim.{key}={optim.get(key)}: the isocompute trainer runs update k at "
+                    f"lr * min(1, k / lr_warmup_steps), which needs {key}={wanted} "
+                    "(verl_isocompute.training.config.prepare_lr writes it)"
+                )
+        actor = config.actor_rollout_ref.actor
+        # The kept-sequence count is per step: the seq-mean normaliser can use it only if a step is one mini-batch.
+        self.one_mini_batch = int(actor.ppo_mini_batch_size) == self.b_problem
+        drops_rows = self.zero_var_mode == GROUPS or self.decoupled
+        if str(actor.loss_agg_mode).startswith("seq-mean") and drops_rows and not self.one_mini_batch:
+            raise ValueError(
+                f"actor.loss_agg_mode={actor.loss_agg_mode} with rows dropped per step (isocompute.zero_variance.mode="
+                f"{self.zero_var_mode}, algorithm.adv_estimator={config.algorithm.adv_estimator}) needs one mini-batch "
+                f"per step: set actor_rollout_ref.actor.ppo_mini_batch_size={self.b_problem} (= data.train_batch_size), "
+                "or use loss_agg_mode=token-mean"
+            )
+
+    def _build_replay_buffer(self):
+        """verl's replay buffer, which must evict a group with a failed rollout and sample a fresh prompt in
+        its place (``ReplayBufferAsync``; verl picks it for any trainer_mode other than ``sync``). That keeps
+        every trained group at n rollouts (the GRPO baseline and n_est as configured); the sync buffer would
+        instead train short groups and pad the batch."""
+        from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
+
+        buffer = super()._build_replay_buffer()
+        if not isinstance(buffer, ReplayBufferAsync):
+            raise ValueError(
+                f"the isocompute trainer needs a replay buffer that evicts and refills groups with failed rollouts "
+                f"(verl's ReplayBufferAsync), got {type(buffer).__name__}: remove trainer.v1.sampler.custom_sampler "
+                "or derive it from ReplayBufferAsync"
+            )
+        return buffer
+
     def on_init_end(self) -> None:
         super().on_init_end()
         from verl.utils.config import omega_conf_to_dataclass
+
+        from verl_isocompute.training.regularizers import isocompute_ppo_loss
 
         actor_config = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
         self.actor_rollout_wg.set_loss_fn(partial(isocompute_ppo_loss, config=actor_config))
@@ -112,6 +171,7 @@ class IsoComputeTrainer(PPOTrainerSync):
         from importlib.metadata import version
 
         cfg = self.config
+        rule = OmegaConf.select(cfg, "isocompute.lr.rule", default=None)
         return {
             "recipe": OmegaConf.select(cfg, "isocompute.recipe", default=None),
             "model": cfg.actor_rollout_ref.model.path,
@@ -124,107 +184,129 @@ class IsoComputeTrainer(PPOTrainerSync):
             "zero_variance_mode": self.zero_var_mode,
             "lr": cfg.actor_rollout_ref.actor.optim.lr,
             "lr_warmup_steps": cfg.actor_rollout_ref.actor.optim.lr_warmup_steps,
+            "lr_rule": rule,
+            # B of the LR rule: rollouts per step that enter the gradient (n_train per problem when decoupled)
+            "lr_batch_rollouts": rule_batch_rollouts(self.b_problem, self.n, self.n_train) if rule else None,
             "val_n": cfg.actor_rollout_ref.rollout.val_kwargs.n,
             "total_training_steps": self.total_training_steps,
             "verl_version": version("verl"),
             "isocompute_version": version("verl-isocompute"),
         }
 
-    # -- advantages, masks, compute ------------------------------------------------------------------
+    # -- advantages and masks ------------------------------------------------------------------------
+    def _decoupled_seed(self) -> tuple[int, int] | None:
+        if not self.decoupled:
+            return None
+        return int(self.config.actor_rollout_ref.actor.data_loader_seed), int(self.global_steps)
+
     def _compute_advantage(self, batch, metrics: dict):
         import transfer_queue as tq
         from tensordict import TensorDict
-        from verl.protocol import DataProto
-        from verl.trainer.ppo.ray_trainer import apply_kl_penalty
-        from verl.trainer.ppo.rollout_corr_helper import (
-            compute_rollout_correction_and_add_to_batch,
-        )
-        from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
         from verl.workers.utils.padding import response_to_nested
 
-        fields = ["uid", "response_mask", "loss_mask", "rm_scores", "rollout_log_probs", "old_log_probs",
-                  "ref_log_prob", "values", "extra_fields"]
+        real = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
+        seed = self._decoupled_seed()
+        with estimator_context(real=real, n_train=self.n_train, seed=seed):
+            batch = super()._compute_advantage(batch, metrics)
+
+        fields = ["uid", "response_mask", "loss_mask", "rm_scores", "extra_fields"]
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-        response_mask = data["response_mask"]
-        extra_fields = data.pop("extra_fields").tolist()
-        loss_mask_nested = data.pop("loss_mask")
-        data = DataProto(batch=data.to_padded_tensor())
-        data.batch["token_level_scores"] = data.batch["rm_scores"]
-        uids = np.array(data.batch.pop("uid").tolist(), dtype=object)
-        data.non_tensor_batch["uid"] = uids
-        real = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags])
+        nested_mask = data["response_mask"]  # after verl's rollout rejection sampling, if any
+        response_mask = nested_mask.to_padded_tensor(0)
+        loss_mask = data["loss_mask"].to_padded_tensor(0)  # as generated: the agent loop's copy of response_mask
+        scores = data["rm_scores"].to_padded_tensor(0).sum(dim=-1)
+        uids = np.array(data.pop("uid").tolist(), dtype=object)
+        acc = accuracy(data.pop("extra_fields").tolist(), scores.tolist())
+        masks = step_masks(uids, acc, real, self.zero_var_mode, self.n_train, seed)
 
         # Compute spent: every sampled rollout (all n_est under the decoupled baseline) and its tokens.
-        lengths = data.batch["response_mask"].sum(dim=-1)
-        self._step_info = {"rollouts": int(real.sum()), "tokens": int(lengths[real].sum())}
+        self._step_info = {"rollouts": int(real.sum()), "tokens": int(loss_mask.sum(dim=-1)[torch.from_numpy(real)].sum())}
+        self._log_masks(masks, acc, uids, metrics)
 
-        if self.config.algorithm.use_kl_in_reward:
-            data, kl_metrics = apply_kl_penalty(data, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=self.config.algorithm.kl_penalty)
-            metrics.update(kl_metrics)
-        else:
-            data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+        keep = torch.from_numpy(masks.keep)
+        ids = row_ids(batch.keys)
+        output = {ROW_ID_FIELD: torch.from_numpy(ids)}
+        if not masks.keep.all():  # dropped rows leave every loss term and the normalisers
+            output["response_mask"] = response_to_nested(response_mask * keep[:, None].to(response_mask.dtype), nested_mask)
+            output["loss_mask"] = response_to_nested(loss_mask * keep[:, None].to(loss_mask.dtype), nested_mask)
+        if self.zero_var_mode == REGULARIZERS:
+            output[REG_MASK_FIELD] = torch.from_numpy(masks.reg_mask).to(torch.float32)
+        if self.one_mini_batch:
+            output[SEQ_COUNT_FIELD] = torch.full((len(batch),), float(masks.seq_count))
+        self._expected_probes = self._probe_values(masks, (response_mask * keep[:, None]).sum(dim=-1).numpy(), ids)
+        metrics.update({f"isocompute/{name}": value for name, value in self._expected_probes.items()})
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch)))
 
-        rollout_corr_config = self.config.algorithm.get("rollout_correction", None)
-        bypass = rollout_corr_config and rollout_corr_config.get("bypass_mode", False)
-        rollout_correction = rollout_corr_config is not None and "rollout_log_probs" in data.batch and not bypass
-        if rollout_correction:
-            data, is_metrics = compute_rollout_correction_and_add_to_batch(data, rollout_corr_config)
-            metrics.update(is_metrics)
-
-        # Which samples each loss term sees. Variance is judged on the binary accuracy.
-        acc = _acc_of(extra_fields, data.batch["rm_scores"].sum(dim=-1))
-        varies = group_has_variance(acc, uids)
-        keep = torch.ones(len(uids), dtype=torch.bool)  # samples left in every loss term and the normaliser
-        if self.config.algorithm.adv_estimator == DECOUPLED:
-            seed = (int(self.config.actor_rollout_ref.actor.data_loader_seed), int(self.global_steps))
-            adv, ret = compute_isocompute_grpo_decoupled(
-                token_level_rewards=data.batch["token_level_rewards"], response_mask=data.batch["response_mask"],
-                index=uids, config=self.config.algorithm, n_train=self.n_train, seed=seed,
-            )
-            keep &= decoupled_train_mask(uids, self.n_train, seed)
-            data.batch["advantages"], data.batch["returns"] = adv, ret
-        else:
-            data = compute_advantage_for_multi_trajectories(
-                data, batch_keys=batch.keys, adv_estimator=self.config.algorithm.adv_estimator,
-                gamma=self.config.algorithm.gamma, lam=self.config.algorithm.lam,
-                num_repeat=self.n, norm_adv_by_std_in_grpo=self.config.algorithm.get("norm_adv_by_std_in_grpo", True),
-                config=self.config.algorithm,
-            )
-        if self.zero_var_mode == "groups":
-            keep &= varies
-
-        metrics["isocompute/zero_var_group_frac"] = self._zero_var_group_frac(varies, uids, real)
-        metrics["isocompute/reg_active_frac"] = (
-            float(varies[real].float().mean()) if self.zero_var_mode == "regularizers" else float(keep[real].float().mean())
-        )
-        metrics["isocompute/trained_frac"] = float(keep[real].float().mean())
-        metrics["isocompute/train_acc"] = float(acc[real.numpy()].mean())
-        self._epoch_records.extend({"uid": u, "acc": a} for u, a, r in zip(uids, acc, real.tolist(), strict=True) if r)
-
-        output = {
-            "advantages": response_to_nested(data.batch["advantages"], response_mask),
-            "returns": response_to_nested(data.batch["returns"], response_mask),
-        }
-        if self.config.algorithm.use_kl_in_reward:
-            output["token_level_rewards"] = response_to_nested(data.batch["token_level_rewards"], response_mask)
-        new_response_mask = data.batch["response_mask"] * keep[:, None].to(data.batch["response_mask"].dtype)
-        if rollout_correction or not bool(keep.all()):
-            output["response_mask"] = response_to_nested(new_response_mask, response_mask)
-        if not bool(keep.all()):
-            # the token normaliser is the loss mask: dropped samples must leave it too
-            loss_mask = loss_mask_nested.to_padded_tensor(0) * keep[:, None].to(new_response_mask.dtype)
-            output["loss_mask"] = response_to_nested(loss_mask, response_mask)
-        if rollout_correction and "rollout_is_weights" in data.batch:
-            output["rollout_is_weights"] = response_to_nested(data.batch["rollout_is_weights"], response_mask)
-        if self.zero_var_mode == "regularizers":
-            output[REG_MASK_FIELD] = varies.to(torch.float32)
-        output = TensorDict(output, batch_size=len(batch))
-        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
+    def _log_masks(self, masks: StepMasks, acc: np.ndarray, uids: np.ndarray, metrics: dict) -> None:
+        real = masks.real
+        metrics["isocompute/zero_var_group_frac"] = 1.0 - masks.varying_groups / max(1, masks.groups)
+        metrics["isocompute/reg_active_frac"] = float(masks.reg_mask[real].mean()) if real.any() else 0.0
+        metrics["isocompute/trained_frac"] = float(masks.keep[real].mean()) if real.any() else 0.0
+        metrics["isocompute/train_acc"] = float(acc[real].mean()) if real.any() else 0.0
+        metrics["isocompute/padding_rows"] = masks.padding_rows
+        metrics["isocompute/singleton_rows"] = masks.singleton_rows
+        self._epoch_records.extend({"uid": u, "acc": a} for u, a in zip(uids[real], acc[real], strict=True))
 
     @staticmethod
-    def _zero_var_group_frac(varies: torch.Tensor, uids: np.ndarray, real: torch.Tensor) -> float:
-        groups = {u: bool(v) for u, v, r in zip(uids, varies.tolist(), real.tolist(), strict=True) if r}
-        return 1.0 - sum(groups.values()) / max(1, len(groups))
+    def _probe_values(masks: StepMasks, tokens: np.ndarray, ids: np.ndarray) -> dict[str, float]:
+        """What the loss should report (regularizers._probes) for these masks: rows carrying loss tokens, and
+        among them the rows the regularisers act on; ``tokens`` are each row's response tokens after masking."""
+        loss = masks.keep & (tokens > 0)
+        reg = masks.reg_mask & loss
+        ids = ids + 1.0
+        return {
+            "loss_seqs": float(loss.sum()), "loss_tokens": float(tokens[loss].sum()), "loss_rowsum": float(ids[loss].sum()),
+            "reg_seqs": float(reg.sum()), "reg_tokens": float(tokens[reg].sum()), "reg_rowsum": float(ids[reg].sum()),
+            "reg_rowsqsum": float((ids[reg] ** 2).sum()),
+        }
+
+    # -- the actor update ----------------------------------------------------------------------------
+    def _update_actor(self, batch, metrics: dict):
+        batch = super()._update_actor(batch, metrics)
+        self._check_probes(metrics)
+        self._log_regularisers(metrics)
+        self._log_update_lr(metrics)
+        return batch
+
+    def _check_probes(self, metrics: dict) -> None:
+        """The rows the workers trained on (reported by our loss) must be the ones the trainer masked."""
+        for name in CHECKED_PROBES:
+            sent, seen = self._expected_probes[name], metrics.get(PROBE_PREFIX + name)
+            if seen is None or not math.isclose(sent, seen, rel_tol=1e-9, abs_tol=1e-6):
+                raise RuntimeError(
+                    f"step {self.global_steps}: the actor workers report {name}={seen} but the trainer's masks give "
+                    f"{sent}: the isocompute loss or its TransferQueue fields did not reach the workers"
+                )
+
+    @staticmethod
+    def _log_regularisers(metrics: dict) -> None:
+        """Means over the tokens KL / entropy act on, and their share: comparable across zero-variance modes
+        (verl's actor/entropy_loss and actor/kl_loss divide by all trained tokens). 0 when none is masked in."""
+        reg_tokens, reg_seqs = metrics[PROBE_PREFIX + "reg_tokens"], metrics[PROBE_PREFIX + "reg_seqs"]
+        loss_tokens, loss_seqs = metrics[PROBE_PREFIX + "loss_tokens"], metrics[PROBE_PREFIX + "loss_seqs"]
+        metrics["isocompute/reg_token_share"] = reg_tokens / loss_tokens if loss_tokens else 0.0
+        metrics["isocompute/reg_seq_share"] = reg_seqs / loss_seqs if loss_seqs else 0.0
+        for term in ("entropy", "kl"):
+            total = metrics.get(f"{PROBE_PREFIX}reg_{term}_sum")
+            if total is not None:
+                metrics[f"isocompute/reg_{term}_mean"] = total / reg_tokens if reg_tokens else 0.0
+
+    def _log_update_lr(self, metrics: dict) -> None:
+        """``actor/lr`` := the rate this step's update ran at. verl reads the scheduler after stepping it,
+        i.e. the next update's rate; check that it follows our rule and keep it as ``actor/lr_next``."""
+        optim = self.config.actor_rollout_ref.actor.optim
+        peak, warmup, k = float(optim.lr), int(optim.lr_warmup_steps), int(self.global_steps)
+        following = metrics.get("actor/lr")
+        if following is None:
+            return
+        if not math.isclose(following, lr_for_update(k + 1, peak, warmup), rel_tol=1e-6, abs_tol=1e-15):
+            raise RuntimeError(
+                f"step {k}: verl's LR scheduler moved to {following} for update {k + 1}, the warm-up rule gives "
+                f"{lr_for_update(k + 1, peak, warmup)}; check actor_rollout_ref.actor.optim "
+                f"({', '.join(f'{key}={optim.get(key)}' for key in VERL_WARMUP_SCHEDULE)})"
+            )
+        metrics["actor/lr_next"] = following
+        metrics["actor/lr"] = lr_for_update(k, peak, warmup)
 
     # -- validation ----------------------------------------------------------------------------------
     def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns, expected_acc_counts=None):
@@ -233,13 +315,14 @@ class IsoComputeTrainer(PPOTrainerSync):
         )
         scores = reward_extra_infos_dict["reward"]
         acc = reward_extra_infos_dict.get("acc") or [None] * len(scores)
-        records = {
-            "uid": list(sample_uids),
-            "data_source": [str(d) for d in data_sources],
-            "acc": [float(bool(a)) if a is not None else float(s > 0) for a, s in zip(acc, scores, strict=True)],
-        }
         k = int(self.config.actor_rollout_ref.rollout.val_kwargs.n)
+        records, failed = iso_metrics.validation_records(
+            sample_uids, data_sources,
+            [float(bool(a)) if a is not None else float(s > 0) for a, s in zip(acc, scores, strict=True)],
+            expected_counts=expected_acc_counts, default_n=k,
+        )
         self._val_info = iso_metrics.validation_metrics(records, k=k, prefix="val")
+        self._val_info["val/failed_samples"] = failed
         metric_dict.update(self._val_info)
         return metric_dict
 
@@ -263,11 +346,7 @@ class IsoComputeTrainer(PPOTrainerSync):
         if metrics:
             row["lr"] = metrics.get("actor/lr")
             row["train/reward"] = metrics.get("critic/score/mean")
-            for key in ("isocompute/train_acc", "isocompute/zero_var_group_frac", "isocompute/reg_active_frac",
-                        "isocompute/trained_frac", "isocompute/trained_per_group_min", "isocompute/trained_per_group_max",
-                        "training/rollout_probs_diff_max", "response_length/mean"):
-                if key in metrics:
-                    row[key] = metrics[key]
+            row.update({key: metrics[key] for key in RUN_LOG_METRICS if key in metrics})
         row.update(self._val_info)
         return row
 
@@ -285,12 +364,20 @@ class IsoComputeTrainer(PPOTrainerSync):
                 per_group[uid] = per_group.get(uid, 0) + int(t)
         return min(per_group.values()), max(per_group.values())
 
+    def _charge_compute(self, metrics: dict) -> None:
+        """Add this step's sampling compute to C: the rollouts that reached the update, and the n rollouts of
+        every group verl sampled and evicted (a failed rollout, ...), whose samples never reached us."""
+        evicted = iso_metrics.evicted_groups(metrics)
+        metrics["isocompute/evicted_groups"] = evicted
+        metrics["isocompute/evicted_rollouts"] = evicted * self.n
+        self.compute.add(self._step_info.get("rollouts", 0) + evicted * self.n, self._step_info.get("tokens", 0))
+        metrics["isocompute/rollouts"] = self.compute.rollouts
+        metrics["isocompute/tokens"] = self.compute.tokens
+
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         metrics["isocompute/trained_per_group_min"], metrics["isocompute/trained_per_group_max"] = self._trained_per_group(batch)
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
-        self.compute.add(self._step_info.get("rollouts", 0), self._step_info.get("tokens", 0))
-        metrics["isocompute/rollouts"] = self.compute.rollouts
-        metrics["isocompute/tokens"] = self.compute.tokens
+        self._charge_compute(metrics)
         row = self._row(global_steps, metrics)
         end_of_epoch = global_steps % max(1, self.steps_per_epoch) == 0
         if self._epoch_records and (end_of_epoch or global_steps >= self.total_training_steps):
