@@ -13,8 +13,8 @@ from verl_isocompute.commands.cli import main as cli_main
 from verl_isocompute.scaling import CurveError, load_curve
 from verl_isocompute.scaling.compare import (
     ABOVE,
-    BELOW,
     BEFORE,
+    BELOW,
     FITTED,
     NO_BUDGET,
     NOT_REACHED,
@@ -30,7 +30,11 @@ from verl_isocompute.scaling.compare import (
 )
 from verl_isocompute.scaling.curve import Curve
 from verl_isocompute.scaling.fit import SaturatingCurve
-from verl_isocompute.scaling.synthetic import curves_for, synthetic_sweep, write_run_logs
+from verl_isocompute.scaling.synthetic import (
+    curves_for,
+    synthetic_sweep,
+    write_run_logs,
+)
 
 # R(C) = C / (C + C_mid) (R0 = 0, A = 1, beta = 1): n=8 is n=16 delayed by a factor 4 in compute, so
 # reaching n=16's reward at C takes n=8 exactly 4 C, and n=8's reward at C is C / (C + 4e4).
@@ -139,7 +143,11 @@ def test_preset_says_what_it_can_and_cannot_compare():
 
 @pytest.mark.parametrize(
     "field",
-    [{"curves": []}, {"curves": [{"n": 8, "R0": 0, "A": 1, "C_mid": 1e4}]}, {"curves": [dict(n=8, R0=0, A=1, C_mid=-1.0, beta=1, c_range=[1, 2])]}],
+    [
+        {"curves": []},
+        {"curves": [{"n": 8, "R0": 0, "A": 1, "C_mid": 1e4}]},
+        {"curves": [{"n": 8, "R0": 0, "A": 1, "C_mid": -1.0, "beta": 1, "c_range": [1, 2]}]},
+    ],
 )
 def test_bad_reward_curves_field_names_the_field_and_the_fix(field):
     with pytest.raises(CurveError, match=f"{REWARD_CURVES_KEY}.*isocompute fit"):
@@ -193,13 +201,19 @@ def test_allocate_compare_prints_the_table(fitted, capsys):
 
 def test_allocate_compare_json_and_bad_uses(fitted, capsys):
     out, _ = fitted
-    assert cli_main(["allocate", "--curve", str(out / "curve.json"), "--budget", "1e6", "--compare", "--format", "json"]) == 0
+    assert (
+        cli_main(["allocate", "--curve", str(out / "curve.json"), "--budget", "1e6", "--compare", "--format", "json"])
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["n"] == 128 and data["compare"]["n_best"] == 128 and len(data["compare"]["rows"]) == 8
 
     for argv, expected in [
         (["--curve", "paper:qwen2.5-7b-easy", "--budget", "1e6", "--compare"], "carries only the n*(C) sigmoid"),
-        (["--curve", str(out / "curve.json"), "--budget", "1e6", "--compare", "--format", "overrides"], "--format table"),
+        (
+            ["--curve", str(out / "curve.json"), "--budget", "1e6", "--compare", "--format", "overrides"],
+            "--format table",
+        ),
         (["--curve", str(out / "curve.json"), "--budget", "1e6", "--compare", "n=48"], "fitted n: 8, 16"),
     ]:
         assert cli_main(["allocate", *argv]) == 2
