@@ -222,3 +222,11 @@ def test_allocate_compare_json_and_bad_uses(fitted, capsys):
 
     assert cli_main(["allocate", "--curve", str(out / "curve.json"), "--budget", "1e9", "--compare"]) == 0
     assert "budget outside fitted range" in capsys.readouterr().out
+
+
+def test_allocate_compare_always_shows_the_reference_and_the_allocated_n(fitted, capsys):
+    out, _ = fitted
+    assert cli_main(["allocate", "--curve", str(out / "curve.json"), "--budget", "1e6", "--compare", "n=8"]) == 0
+    text = capsys.readouterr().out
+    shown = [line.split()[0] for line in text.splitlines() if line.startswith("  ") and line.split()[0].isdigit()]
+    assert shown == ["8", "128"]

@@ -440,7 +440,8 @@ def for_allocation(
     curve_spec: str | Curve, allocation: Any, spec: str | None, fmt: str = "table"
 ) -> str | dict[str, Any]:
     """``isocompute allocate --compare``: the comparison at the allocation's budget (in the curve's unit),
-    as text (``fmt="table"``, the allocated n marked) or as a JSON object (``fmt="json"``)."""
+    as text (``fmt="table"``, the allocated n marked) or as a JSON object (``fmt="json"``). The rows are
+    the n values of ``spec`` plus the compute-optimal n and the allocated n (when the sweep has them)."""
     from verl_isocompute.scaling.curve import load_curve
 
     if fmt == "overrides":
@@ -448,7 +449,10 @@ def for_allocation(
     curve = curve_spec if isinstance(curve_spec, Curve) else load_curve(curve_spec)
     budget = allocation.budget_tokens if curve.compute_unit == "tokens" else float(allocation.budget_rollouts)
     curves = reward_curves_from(curve, str(curve_spec), budget)
-    table = compare_at(curves, [budget], select(curves, spec))
+    table = compare_at(curves, [budget])
+    # the reference (the compute-optimal n) and the allocated n are always shown next to the n asked for
+    shown = {rc.n for rc in select(curves, spec)} | {allocation.n} | set(table["n_best"].dropna())
+    table = table[table["n"].isin(shown)].reset_index(drop=True)
     if fmt == "json":
         out = to_json(table, curve.metric, curve.compute_unit)
         return {**{k: out[k] for k in ("metric", "compute_unit", "reference")}, **out["budgets"][0]}

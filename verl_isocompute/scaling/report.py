@@ -195,6 +195,7 @@ def render_report(
         f"- `{RECORDS_FILE}`: record-breaking points over all runs (the empirical frontier)",
         f"- `{FITS_FILE}`: per-group saturating fits",
         "- `frontier.png`, `n_star.png`: the plots",
+        "- `compare.json`, `compare.csv`, `compare.png`: what each fixed n costs (below)",
         "",
     ]
     return "\n".join(lines)
