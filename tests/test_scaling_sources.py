@@ -217,3 +217,21 @@ def test_old_wandb_files_history_and_config(tmp_path):
     assert (meta["n"], meta["b_problem"]) == (8, 32) and list(steps.index) == [1, 2, 3, 4, 5]
     assert steps.loc[3, "val/avg@4"] == pytest.approx(0.33) and steps.loc[5, "rollouts"] == 1280
     assert any("cut off" in note for note in logs.notes)
+
+
+# --- compute columns -------------------------------------------------------------------------------------
+
+
+def test_verl_file_logger_uses_our_trainers_compute_counter(tmp_path):
+    # evicted groups are charged too, so the counter is not step x n x b_problem (training/trainer.py)
+    lines = [{"step": s, "data": {"isocompute/rollouts": 600 * s, "val/avg@4": 0.3 + s / 100}} for s in range(4)]
+    (tmp_path / "easy_n16_bp32.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    steps, meta = _steps(load_runs([tmp_path]), "easy_n16_bp32")
+    assert meta["rollouts_source"] == "log" and list(steps["rollouts"]) == [0, 600, 1200, 1800]
+
+
+def test_missing_token_counts_name_the_keys_found_and_the_flag(tmp_path, capsys):
+    _write_tb(tmp_path / "easy_n16_bp32", [{"val/avg@4": 0.3 + s / 100, "prompt_tokens/mean": 100.0} for s in range(5)])
+    assert cli_main(["fit", str(tmp_path), "--out", str(tmp_path / "out"), "--compute", "tokens"]) == 2
+    err = capsys.readouterr().err
+    assert "found token-like keys: prompt_tokens/mean; use --compute rollouts" in err

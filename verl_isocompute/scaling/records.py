@@ -24,7 +24,9 @@ definition, arXiv 2603.12151 section 4). A log without it gets C = step * n * b_
 n and b_problem are constant and step counts updates from 0 = before training (verl's ``global_steps``).
 Generated tokens, when not logged, are the running sum of ``response_length/mean * n * b_problem`` over
 steps (verl logs the mean response length of every training batch), possible only if no step is missing.
-Every derivation is reported in :attr:`RunLogs.notes`.
+Our trainer's counters in verl's loggers (``isocompute/rollouts``, ``isocompute/tokens``) are used as C
+when present (:func:`verl_isocompute.scaling.sources.compute_columns`). Every derivation is reported in
+:attr:`RunLogs.notes`.
 
 Duplicate steps (a resumed run re-logs the steps it re-ran) keep the last value logged for each metric.
 Values logged as NaN, inf or null (verl's orjson writes NaN as null) are counted per metric and dropped.
@@ -273,6 +275,8 @@ def _read_jsonl(path: Path, fmt: str) -> _RawRun:
     found = (m.group(1) for line in flagged for m in _NONFINITE_JSON.finditer(line))
     nonfinite = Counter(key for key in found if key in frame.columns)
     frame = frame.replace([np.inf, -np.inf], np.nan)
+    if fmt == "verl":  # our trainer's compute counters, as verl's file logger names them
+        frame = sources.compute_columns(frame)
     return _RawRun(_run_name(path, fmt), path, fmt, frame, header, nonfinite, truncated_line=truncated)
 
 
