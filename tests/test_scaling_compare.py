@@ -24,6 +24,7 @@ from verl_isocompute.scaling.compare import (
     RewardCurve,
     compare_at,
     compute_to_reach,
+    format_table,
     reward_curves_field,
     reward_curves_from,
     select,
@@ -230,3 +231,16 @@ def test_allocate_compare_always_shows_the_reference_and_the_allocated_n(fitted,
     text = capsys.readouterr().out
     shown = [line.split()[0] for line in text.splitlines() if line.startswith("  ") and line.split()[0].isdigit()]
     assert shown == ["8", "128"]
+
+
+def test_joint_groups_mark_the_optimal_cell_not_every_cell_of_its_n():
+    curves = [
+        RewardCurve(8, 32, SLOW, RANGE),
+        RewardCurve(16, 32, SaturatingCurve(0.0, 1.0, 2e4, 1.0), RANGE),
+        RewardCurve(16, 64, FAST, RANGE),
+    ]
+    table = compare_at(curves, [1e4])
+    assert table["optimal"].tolist() == [False, False, True]
+    assert _row(table, 1e4, 8)["multiplier"] == pytest.approx(4.0)  # still against the best cell
+    text = format_table(table, "val/avg@4", "rollouts")
+    assert "the compute-optimal n = 16 (b_problem = 64)" in text and text.count("<- compute-optimal") == 1

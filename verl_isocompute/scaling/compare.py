@@ -225,7 +225,8 @@ def compare_at(
 
     R* is taken over all ``curves`` (the whole sweep); ``n_values`` (default: all) picks the rows.
     Columns: ``C``, ``n``, ``b_problem``, ``C_min``, ``C_max``, ``reward`` (R_n(C), NaN outside n's
-    range), ``reward_status``, ``R_star``, ``n_best`` (the n whose curve gives R*), ``compute_needed``
+    range), ``reward_status``, ``R_star``, ``n_best`` / ``b_problem_best`` (the group whose curve gives R*),
+    ``optimal`` (this row is that group), ``compute_needed``
     (C_n(R*), NaN unless reached), ``multiplier`` (C_n(R*) / C, NaN unless reached), ``multiplier_bound``
     (C_max / C as a lower bound, or C_min / C as an upper bound, see ``reach_status``), ``reach_status``,
     ``never_reached`` (R* >= the curve's asymptote A).
@@ -250,6 +251,8 @@ def compare_at(
                 "reward_status": FITTED if inside else (BELOW if c < lo else ABOVE),
                 "R_star": r,
                 "n_best": curves[w].n if w >= 0 else None,
+                "b_problem_best": curves[w].b_problem if w >= 0 else None,
+                "optimal": bool(w >= 0 and curves[w] is rc),
                 "compute_needed": np.nan,
                 "multiplier": np.nan,
                 "multiplier_bound": np.nan,
@@ -310,7 +313,9 @@ def format_table(table: pd.DataFrame, metric: str, compute_unit: str, chosen_n: 
             )
             continue
         lines.append(
-            f"C = {c:.4g} {compute_unit}: the compute-optimal n = {int(first['n_best'])} reaches {metric} = {first['R_star']:.4f}"
+            f"C = {c:.4g} {compute_unit}: the compute-optimal n = {int(first['n_best'])}"
+            + (f" (b_problem = {int(first['b_problem_best'])})" if part["n"].duplicated().any() else "")
+            + f" reaches {metric} = {first['R_star']:.4f}"
         )
         header = f"  {'n':>6}  {'b_problem':>9}  {'reward at C':>20}  {'compute for R*':>24}  {'C_n(R*)/C':>24}"
         lines.append(header)
@@ -322,7 +327,7 @@ def format_table(table: pd.DataFrame, metric: str, compute_unit: str, chosen_n: 
                 needed = f"> {row['C_max']:.4g} (fit ends)"
             else:
                 needed = f"<= {row['C_min']:.4g} (fit starts)"
-            mark = "  <- compute-optimal" if row["n"] == row["n_best"] else ""
+            mark = "  <- compute-optimal" if row["optimal"] else ""
             mark += "  <- allocated" if chosen_n is not None and row["n"] == chosen_n else ""
             b = "-" if row["b_problem"] is None or pd.isna(row["b_problem"]) else str(int(row["b_problem"]))
             lines.append(f"  {row['n']:>6}  {b:>9}  {reward:>20}  {needed:>24}  {multiplier_text(row):>24}{mark}")
@@ -354,7 +359,11 @@ def to_json(table: pd.DataFrame, metric: str, compute_unit: str) -> dict[str, An
                 "C": float(c),
                 "R_star": None if pd.isna(first["R_star"]) else float(first["R_star"]),
                 "n_best": None if first["n_best"] is None or pd.isna(first["n_best"]) else int(first["n_best"]),
-                "rows": [{k: v for k, v in row.items() if k not in ("C", "R_star", "n_best")} for row in records(part)],
+                "b_problem_best": records(part)[0]["b_problem_best"],
+                "rows": [
+                    {k: v for k, v in row.items() if k not in ("C", "R_star", "n_best", "b_problem_best")}
+                    for row in records(part)
+                ],
             }
         )
     return {
