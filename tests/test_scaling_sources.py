@@ -235,3 +235,12 @@ def test_missing_token_counts_name_the_keys_found_and_the_flag(tmp_path, capsys)
     assert cli_main(["fit", str(tmp_path), "--out", str(tmp_path / "out"), "--compute", "tokens"]) == 2
     err = capsys.readouterr().err
     assert "found token-like keys: prompt_tokens/mean; use --compute rollouts" in err
+
+
+def test_a_directory_with_event_files_is_one_run(tmp_path):
+    run = tmp_path / "easy_n16_bp32"
+    _write_tb(run, [{"val/avg@4": 0.3}, {"val/avg@4": 0.4}])
+    # verl's file logger pointed at the same folder logs the same run again: not read twice
+    (run / "easy_n16_bp32.jsonl").write_text(json.dumps({"step": 1, "data": {"val/avg@4": 0.4}}) + "\n")
+    logs = load_runs([tmp_path])
+    assert logs.runs["format"].tolist() == ["tensorboard"]
