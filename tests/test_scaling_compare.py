@@ -244,3 +244,11 @@ def test_joint_groups_mark_the_optimal_cell_not_every_cell_of_its_n():
     assert _row(table, 1e4, 8)["multiplier"] == pytest.approx(4.0)  # still against the best cell
     text = format_table(table, "val/avg@4", "rollouts")
     assert "the compute-optimal n = 16 (b_problem = 64)" in text and text.count("<- compute-optimal") == 1
+
+
+def test_fit_without_an_n_star_curve_still_writes_the_comparison(tmp_path):
+    write_run_logs(synthetic_sweep({16: FAST}, points_per_run=20, noise=0.0, c_max=1e6), tmp_path / "runs")
+    assert cli_main(["fit", str(tmp_path / "runs"), "--out", str(tmp_path / "fit"), "--bootstrap", "0"]) == 1
+    assert not (tmp_path / "fit" / "curve.json").exists()
+    data = json.loads((tmp_path / "fit" / "compare.json").read_text())
+    assert {row["reach_status"] for b in data["budgets"] for row in b["rows"]} == {REACHED}
