@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -252,3 +253,50 @@ def test_fit_without_an_n_star_curve_still_writes_the_comparison(tmp_path):
     assert not (tmp_path / "fit" / "curve.json").exists()
     data = json.loads((tmp_path / "fit" / "compare.json").read_text())
     assert {row["reach_status"] for b in data["budgets"] for row in b["rows"]} == {REACHED}
+
+
+def test_the_documented_example_output(tmp_path, capsys):
+    """docs/ALLOCATION.md's `--compare` example, on the synthetic sweep of docs/SCALING.md's quick start."""
+    docs = (Path(__file__).parent.parent / "docs" / "ALLOCATION.md").read_text()
+    block = re.search(r"```\n\$ (isocompute allocate [^\n]*--compare[^\n]*)\n(.*?)```", docs, re.DOTALL)
+    command, shown = block.group(1), block.group(2)
+    write_run_logs(
+        synthetic_sweep(curves_for(load_curve("paper:qwen2.5-7b-easy")), noise=0.01), tmp_path / "runs" / "synthetic"
+    )
+    assert (
+        cli_main(
+            [
+                "fit",
+                str(tmp_path / "runs" / "synthetic"),
+                "--out",
+                str(tmp_path / "fits" / "synthetic"),
+                "--bootstrap",
+                "0",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    argv = command.replace("fits/synthetic", str(tmp_path / "fits" / "synthetic")).split()[1:]
+    assert cli_main(argv) == 0
+    printed = capsys.readouterr().out
+
+    def rows(text):
+        return [line.split() for line in text.splitlines() if line.startswith("  ") and line.split()[0].isdigit()]
+
+    expected, got = rows(shown), rows(printed)
+    assert [r[0] for r in got] == [r[0] for r in expected]
+    for want, have in zip(expected, got):
+        assert [w for w in want if w.startswith(("<-", "compute"))] == [
+            h for h in have if h.startswith(("<-", "compute"))
+        ]
+        assert float(have[2]) == pytest.approx(float(want[2]), abs=2e-4)  # reward at C
+        times = [
+            (float(w.rstrip("x")), float(h.rstrip("x")))
+            for w, h in zip(want, have)
+            if w.endswith("x") and w[0].isdigit()
+        ]
+        assert all(h == pytest.approx(w, abs=0.02) for w, h in times)  # C_n(R*)/C
+    assert [line for line in shown.splitlines() if line.startswith("C = ")] == [
+        line for line in printed.splitlines() if line.startswith("C = ")
+    ]
