@@ -43,7 +43,12 @@ import pandas as pd
 
 from verl_isocompute.scaling.curve import PRESET_PREFIX, Curve, CurveError
 from verl_isocompute.scaling.errors import ScalingError
-from verl_isocompute.scaling.fit import FrontierFit, SaturatingCurve, nice_budgets
+from verl_isocompute.scaling.fit import (
+    FrontierFit,
+    SaturatingCurve,
+    _argmax_envelope,
+    nice_budgets,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -208,14 +213,9 @@ def optimum(curves: Sequence[RewardCurve], compute: float | np.ndarray) -> tuple
     """R*(C), the best fitted reward among the curves covering C, and the index of the winning curve
     (NaN and -1 where no curve covers C): the envelope that defines the compute-optimal n."""
     c = np.atleast_1d(np.asarray(compute, dtype=float))
-    values = np.full((len(curves), len(c)), -np.inf)
-    for i, rc in enumerate(curves):
-        inside = rc.covers(c)
-        values[i, inside] = rc.curve(c[inside])
-    winner = values.argmax(axis=0)
-    best = values[winner, np.arange(len(c))]
-    covered = np.isfinite(best)
-    return np.where(covered, best, np.nan), np.where(covered, winner, -1)
+    # the fit's own envelope (each curve only inside its covered range), so R* is the frontier's reward
+    best, winner = _argmax_envelope([rc.curve for rc in curves], np.array([rc.c_range for rc in curves]), c)
+    return np.where(winner >= 0, best, np.nan), winner
 
 
 def compare_at(
