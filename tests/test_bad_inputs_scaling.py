@@ -129,7 +129,7 @@ FIT_ROWS = [
     Row("--bucket negative", _sweep_as_is, ("--bucket=-0.01",), message="--bucket must be a finite number >= 0"),
     Row("--seed -1", _sweep_as_is, ("--bootstrap", "5", "--seed=-1"), message="--seed must be an integer >= 0, got -1"),
     Row("--ema 1", _sweep_as_is, ("--ema", "1"), message="--ema must be in [0, 1)"),
-    Row("--k-max nan", _sweep_as_is, ("--k-max", "nan"), message="--k-max must be a finite number > 0"),
+    Row("--k-max nan", _sweep_as_is, ("--k-max", "nan"), message="--k-max must be a finite number > 0.001"),
     Row("--window 0", _sweep_as_is, ("--window", "0"), message="--window must be an integer >= 1"),
     Row("--n 0", _csv(GOOD_CSV.replace("run,n,", "run,nn,")), ("--n", "0"), message="--n must be an integer >= 1"),
     # file shapes

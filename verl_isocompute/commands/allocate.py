@@ -7,7 +7,8 @@
 ``--recipe NAME [KEY=VALUE ...]`` reads the recipe's ``isocompute.allocation`` block (and through it the
 LR rule of ``isocompute.lr``, and ``isocompute.decoupled.n_train`` under the decoupled baseline) exactly
 as the run's allocation hook would, so the printed lr is the one the run uses; flags given here win over
-the recipe. Errors print one line and exit with status 2; a closed pipe (``| head``) ends quietly.
+the recipe. Errors print one line and exit with status 2; a closed pipe (``| head``) ends quietly
+(:mod:`verl_isocompute.commands.cli`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import warnings
 from dataclasses import replace
@@ -148,15 +148,6 @@ def _table(allocation: Allocation) -> str:
     return "\n".join(lines)
 
 
-def _emit(text: str) -> None:
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        # The reader is gone (`| head`, `| true`): nothing is lost by stopping here. Point stdout at
-        # /dev/null so the interpreter's last flush does not raise again on the way out.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         settings, n_train = settings_from_args(args)
@@ -165,10 +156,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     if args.format == "json":
-        _emit(json.dumps(allocation.to_dict(), indent=2))
+        print(json.dumps(allocation.to_dict(), indent=2, allow_nan=False))
     elif args.format == "overrides":
-        _emit(" ".join(overrides(allocation)))
+        print(" ".join(overrides(allocation)))
     else:
-        _emit(_table(allocation))
+        print(_table(allocation))
     return 0
 

@@ -60,7 +60,7 @@ def options_from_args(args: argparse.Namespace) -> FitOptions:
 
 
 def run(args: argparse.Namespace) -> int:
-    from verl_isocompute.scaling.curve import CurveError, load_curve
+    from verl_isocompute.scaling.curve import STALE_CURVE_FILE, CurveError, load_curve
     from verl_isocompute.scaling.errors import FitError, ScalingError
 
     try:
@@ -85,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     if result.curve is None:
-        _error(f"no n*(C) curve: {result.no_curve_reason}. The frontier was written to {args.out}.")
+        stale = next((p for p in written if p.name == STALE_CURVE_FILE), None)
+        aside = f" The older curve.json there describes other runs: it was renamed {stale}." if stale else ""
+        _error(f"no n*(C) curve: {result.no_curve_reason}. The frontier was written to {args.out}.{aside}")
         return 1
     c = result.curve
     print(
@@ -102,7 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     args.argv = argv
-    return run(args)
+    from verl_isocompute.commands.cli import closed_pipe_safe
+
+    with closed_pipe_safe():
+        return run(args)
 
 
 def _command(args: argparse.Namespace) -> str | None:

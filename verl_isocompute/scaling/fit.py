@@ -59,6 +59,7 @@ FIT_ON = ("records", "all")
 DEFAULT_WINDOW = 5
 GRID_PER_DECADE = 20
 K_MAX = 50.0
+K_MIN = 1e-3  # the sigmoid's k is fitted in [K_MIN, k_max]
 DEFAULT_BOOTSTRAP = 200
 MIN_POINTS = 4  # the saturating curve has 4 parameters
 BINS_PER_DECADE = 50  # points pooled within 1/50 decade (~5%) of C before fitting, see bin_points
@@ -243,7 +244,7 @@ def fit_sigmoid(
     x = np.asarray(log10_c, dtype=float)
     y = np.asarray(log2_n, dtype=float)
     n_lo, n_hi = log2_n_range
-    lower = [0.0, 1e-3, float(x.min()) - 1.0, n_lo - 3.0]
+    lower = [0.0, K_MIN, float(x.min()) - 1.0, n_lo - 3.0]
     upper = [n_hi - n_lo + 3.0, float(k_max), float(x.max()) + 1.0, n_hi]
 
     def residual(p):

@@ -25,7 +25,13 @@ steps (verl logs the mean response length of every training batch), possible onl
 Every derivation is reported in :attr:`RunLogs.notes`.
 
 Duplicate steps (a resumed run re-logs the steps it re-ran) keep the last value logged for each metric.
-Values logged as NaN, inf or null (verl's orjson writes NaN as null) are counted per metric and dropped.
+Values logged as NaN, inf or null (verl's orjson writes NaN as null) are counted per metric and dropped;
+in the columns that say where a point is (``step``, ``n``, ``b_problem``, ``rollouts``, ``tokens``) an
+infinite value is an error instead. A value that is not a number (a string, ``true``, a list) is never
+dropped silently, since dropping it would drop its column (and C would be re-derived) or its run: it is
+an error naming the file, the line and the key. The exception is a key that holds no number at all in a
+file (a tag, a note): it is not a metric and is left out, unless it is the metric being fitted
+(:attr:`RunLogs.text_cells`, checked by :func:`~verl_isocompute.scaling.frontier.validation_points`).
 """
 
 from __future__ import annotations
@@ -73,13 +79,15 @@ class RunLogs:
     (``n_source``, ``b_problem_source``: log | header | --n/--b-problem | .hydra/config.yaml | run name;
     ``rollouts_source``: log | derived | --derive-compute; ``tokens_source``: log | derived | None),
     ``steps``, ``duplicate_steps``, and the header's ``model``, ``recipe``, ``dataset_size``. ``nonfinite``: metric -> number of NaN/inf/null values logged (dropped).
-    ``notes``: what was derived or dropped, for the report.
+    ``notes``: what was derived or dropped, for the report. ``text_cells``: keys that held no number in
+    some file (left out as text), each with where its first value was.
     """
 
     steps: pd.DataFrame
     runs: pd.DataFrame
     nonfinite: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    text_cells: dict[str, str] = field(default_factory=dict)  # key -> "file, line N: key is 'x'" (first seen)
 
     @property
     def metrics(self) -> list[str]:
@@ -113,11 +121,14 @@ def load_runs(
     notes = _Notes()
     frames, metas = [], []
     nonfinite: Counter = Counter()
+    text_cells: dict[str, str] = {}
     for raw in raws:
         frame, meta = _finalize(raw, {"n": n, "b_problem": b_problem}, derive_compute, notes)
         frames.append(frame)
         metas.append(meta)
         nonfinite.update(raw.nonfinite)
+        for key, where in raw.text_cells.items():
+            text_cells.setdefault(key, where)
     runs = pd.DataFrame(metas)
     dupes = runs["run"][runs["run"].duplicated()].tolist()
     if dupes:
@@ -128,7 +139,7 @@ def load_runs(
         if col not in steps:
             steps[col] = np.nan
     steps = steps[list(KEY_COLUMNS) + metric_cols]
-    return RunLogs(steps=steps, runs=runs, nonfinite=dict(nonfinite), notes=notes.render())
+    return RunLogs(steps=steps, runs=runs, nonfinite=dict(nonfinite), notes=notes.render(), text_cells=text_cells)
 
 
 def find_logs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, str, Path]]:
@@ -146,6 +157,8 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, str, Path]
         path = Path(arg)
         if not path.exists():
             raise ScalingError(f"{path} does not exist; pass run directories or log files")
+        if not path.is_dir() and not path.is_file():
+            raise ScalingError(_not_regular(path))
         if path.is_file():
             fmt = _sniff(path)
             if fmt is None:
@@ -158,12 +171,16 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, str, Path]
         for dirpath, dirnames, filenames in os.walk(path):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             here = Path(dirpath)
+            logs = [name for name in sorted(filenames) if name.endswith(".jsonl")]
+            for name in logs:  # a FIFO or a device would block the read that sniffs it: refuse it first
+                if not (here / name).is_file():
+                    raise ScalingError(_not_regular(here / name))
             if RUN_LOG in filenames:
                 dirnames[:] = []
                 found.setdefault((here / RUN_LOG).resolve(), (here / RUN_LOG, "isocompute", path))
                 continue
-            for name in sorted(filenames):
-                if name.endswith(".jsonl") and _sniff(here / name) == "verl":
+            for name in logs:
+                if _sniff(here / name) == "verl":
                     found.setdefault((here / name).resolve(), (here / name, "verl", path))
     if not found:
         raise ScalingError(
@@ -171,6 +188,10 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, str, Path]
             "file-logger .jsonl files (trainer.logger=['file']); pass a .csv export by name"
         )
     return sorted(found.values(), key=lambda item: str(item[0]))
+
+
+def _not_regular(path: Path) -> str:
+    return f"{path} is not a regular file (a FIFO, socket or device?): pass run directories or log files written to disk"
 
 
 # --- reading ---------------------------------------------------------------------------------------
@@ -186,6 +207,7 @@ class _RawRun:
     nonfinite: Counter = field(default_factory=Counter)
     root: Path | None = None
     truncated_line: bool = False
+    text_cells: dict[str, str] = field(default_factory=dict)
 
 
 def _sniff(path: Path) -> str | None:
@@ -233,6 +255,7 @@ def _read_jsonl(path: Path, fmt: str) -> _RawRun:
     lines, truncated = jsonl.lines, jsonl.cut_last_line
     header: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
+    line_nos: list[int] = []
     for line_no, obj in jsonl.objects:
         if not isinstance(obj, dict):
             raise ScalingError(f"{path}, line {line_no}: expected a JSON object, got {type(obj).__name__}")
@@ -250,26 +273,62 @@ def _read_jsonl(path: Path, fmt: str) -> _RawRun:
         else:
             row = obj
         rows.append(row)
+        line_nos.append(line_no)
     frame = pd.DataFrame.from_records(rows) if rows else pd.DataFrame({"step": []})
-    frame = frame[[c for c in frame.columns if _is_numeric(frame[c]) or frame[c].isna().all()]].astype(float)
+    lines_of_rows = np.asarray(line_nos, dtype=np.int64)
+    text_cells: dict[str, str] = {}
+    for col in frame.columns:
+        if _is_numeric(frame[col]) or frame[col].isna().all():
+            continue
+        values = frame[col].to_numpy(dtype=object)
+        is_number = np.array([_is_json_number(v) for v in values], dtype=bool)
+        present = frame[col].notna().to_numpy()
+        at = int(np.flatnonzero(present & ~is_number)[0])
+        where = f"{path}, line {lines_of_rows[at]}: {col} is {values[at]!r}"
+        if col in KEY_COLUMNS or is_number.any():
+            raise ScalingError(f"{where}, not a number; {_CELL_FIX}")
+        text_cells[col] = where  # a text key (a tag, a note): not a metric
+    frame = frame[[c for c in frame.columns if c not in text_cells]].astype(float)
+    _refuse_infinite_keys(frame, lambda i: f"{path}, line {lines_of_rows[i]}")
     # Count logged null/NaN/inf per key on the text of the few lines that have one (not a loop over
     # every value), then make them NaN; a key absent from a line is simply "not logged at this step".
     flagged = [line for line in lines if "null" in line or "NaN" in line or "Infinity" in line]
     found = (m.group(1) for line in flagged for m in _NONFINITE_JSON.finditer(line))
     nonfinite = Counter(key for key in found if key in frame.columns)
     frame = frame.replace([np.inf, -np.inf], np.nan)
-    return _RawRun(_run_name(path, fmt), path, fmt, frame, header, nonfinite, truncated_line=truncated)
+    return _RawRun(_run_name(path, fmt), path, fmt, frame, header, nonfinite, truncated_line=truncated,
+                   text_cells=text_cells)
+
+
+_CELL_FIX = "fix that value in the log (a value not logged at a step is left out or written as null)"
 
 
 def _is_numeric(col: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
 
 
+def _is_json_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def _refuse_infinite_keys(frame: pd.DataFrame, where) -> None:
+    """An infinite step, n, b_problem or compute is a broken counter, not a value to drop."""
+    for col in KEY_COLUMNS:
+        if col in frame:
+            bad = np.flatnonzero(np.isinf(frame[col].to_numpy(dtype=float)))
+            if len(bad):
+                raise ScalingError(f"{where(int(bad[0]))}: {col} is {frame[col].iloc[bad[0]]}, not a finite number; {_CELL_FIX}")
+
+
 def _read_csv(path: Path) -> list[_RawRun]:
     try:
-        df = pd.read_csv(path, keep_default_na=False, na_values=[""], low_memory=False)
+        df = pd.read_csv(path, keep_default_na=False, na_values=[""], low_memory=False, encoding="utf-8-sig")
     except (OSError, ValueError) as exc:
         raise ScalingError(f"{path}: cannot read as CSV ({exc})") from None
+    if df.empty:
+        raise ScalingError(
+            f"{path} has a header line but no rows: export one row per logged step of each run (see docs/SCALING.md)"
+        )
     if [c.strip().lower() for c in df.columns] == ["wall time", "step", "value"]:
         raise ScalingError(
             f"{path} is a TensorBoard single-scalar export (Wall time, Step, Value); export one row per step "
@@ -289,6 +348,7 @@ def _read_csv(path: Path) -> list[_RawRun]:
 
     numeric: dict[str, pd.Series] = {}
     nonfinite_mask: dict[str, pd.Series] = {}
+    text_cells: dict[str, str] = {}
     for col in df.columns:
         values = df[col]
         if _is_numeric(values):
@@ -303,21 +363,28 @@ def _read_csv(path: Path) -> list[_RawRun]:
         present = text.notna() & (text != "")
         unparsed = present & parsed.isna() & ~text.str.lower().isin(_NONFINITE_TEXT)
         if unparsed.any():
-            if col in ("step", "n", "b_problem"):
-                bad = text[unparsed].iloc[0]
-                raise ScalingError(f"{path}: column {col!r} holds {bad!r}, not a number")
+            at = int(np.flatnonzero(unparsed.to_numpy())[0])
+            where = f"{path}, line {at + 2}: {col} is {text.iloc[at]!r}"  # line 1 is the header
+            if col in KEY_COLUMNS or parsed.notna().any():
+                raise ScalingError(f"{where}, not a number; {_CELL_FIX}")
+            text_cells[col] = where
             continue  # a text column (tags, notes): not a metric
         parsed = parsed.astype(float)
         bad = present & ~np.isfinite(parsed.to_numpy(dtype=float, na_value=np.nan))
         nonfinite_mask[col] = bad
         numeric[col] = parsed.where(~bad, np.nan)
     table = pd.DataFrame(numeric)
+    for col in set(KEY_COLUMNS) & set(df.columns):
+        infinite = np.isinf(pd.to_numeric(df[col].astype("string").str.strip(), errors="coerce").to_numpy(dtype=float, na_value=np.nan))
+        if infinite.any():
+            at = int(np.flatnonzero(infinite)[0])
+            raise ScalingError(f"{path}, line {at + 2}: {col} is {df[col].iloc[at]}, not a finite number; {_CELL_FIX}")
     out = []
     for run, idx in runs.groupby(runs, sort=True).groups.items():
         frame = table.loc[idx].reset_index(drop=True)
         counts = Counter({col: int(mask.loc[idx].sum()) for col, mask in nonfinite_mask.items() if mask.loc[idx].any()})
         name = _run_name(path, "csv") + (f":{run}" if run_col is not None else "")
-        out.append(_RawRun(name, path, "csv", frame, {}, counts))
+        out.append(_RawRun(name, path, "csv", frame, {}, counts, text_cells=text_cells))
     return out
 
 
