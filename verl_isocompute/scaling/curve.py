@@ -78,10 +78,26 @@ def sigmoid_log2_n(log10_c: Any, L: float, k: float, log10_C0: float, b: float) 
     """log2 n*(C) = L / (1 + exp(-k (log10 C - log10 C0))) + b, element-wise on arrays.
 
     The logistic is written as (1 + tanh(z / 2)) / 2, which is the same function but never overflows
-    (exp(-z) does for a sharp switch far from C0).
+    (exp(-z) does for a sharp switch far from C0). This is the one place the formula is written: the fitter
+    (:mod:`verl_isocompute.scaling.fit`) uses it and :func:`sigmoid_log2_n_jacobian`.
     """
-    z = k * (np.asarray(log10_c, dtype=float) - log10_C0)
-    return L * 0.5 * (1.0 + np.tanh(0.5 * z)) + b
+    return L * _logistic(k * (np.asarray(log10_c, dtype=float) - log10_C0)) + b
+
+
+def sigmoid_log2_n_jacobian(log10_c: Any, L: Any, k: Any, log10_C0: Any, b: Any) -> np.ndarray:
+    """d log2 n* / d(L, k, log10_C0, b), stacked on a last axis of 4 (the fitter's Jacobian).
+
+    Parameters broadcast against ``log10_c``: scalars for one curve, shape (N, 1) against (N, M) for N curves.
+    """
+    x = np.asarray(log10_c, dtype=float) - log10_C0
+    e = _logistic(k * x)
+    slope = L * e * (1.0 - e)
+    return np.stack(np.broadcast_arrays(e, slope * x, -slope * k, np.ones_like(e)), axis=-1)
+
+
+def _logistic(z: Any) -> np.ndarray:
+    # 1 / (1 + exp(-z)) written as (1 + tanh(z / 2)) / 2: the same function, but it never overflows.
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(z, dtype=float)))
 
 
 @dataclass(frozen=True)

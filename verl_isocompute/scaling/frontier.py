@@ -162,14 +162,25 @@ def record_breaking(points: pd.DataFrame, bucket: float = DEFAULT_BUCKET, by: li
         ascending=[True] * len(keys) + [True, False, True, True],
         kind="mergesort",
     )
+    if not keys:
+        return order[record_mask(order["C"].to_numpy(), order["reward"].to_numpy(), bucket)].reset_index(drop=True)
     level = pd.Series(bucket_index(order["reward"], bucket), index=order.index)
-    if keys:
-        groups = [order[k] for k in keys]
-        best_before = level.groupby(groups, sort=False).cummax().groupby(groups, sort=False).shift(1)
-    else:
-        best_before = level.cummax().shift(1)
+    groups = [order[k] for k in keys]
+    best_before = level.groupby(groups, sort=False).cummax().groupby(groups, sort=False).shift(1)
     is_record = best_before.isna().to_numpy() | (level.to_numpy() > best_before.to_numpy())
     return order[is_record].reset_index(drop=True)
+
+
+def record_mask(compute: np.ndarray, reward: np.ndarray, bucket: float = DEFAULT_BUCKET) -> np.ndarray:
+    """Which of the points (arrays, in any order) are record-breaking: :func:`record_breaking` on bare
+    arrays, for the fit's bootstrap. Equal C: the best first, then the order given."""
+    compute, reward = np.asarray(compute, dtype=float), np.asarray(reward, dtype=float)
+    order = np.lexsort((-reward, compute))  # stable: ties keep the order given
+    level = bucket_index(reward[order], bucket)
+    best_before = np.concatenate([[-np.inf], np.maximum.accumulate(level)[:-1]])
+    mask = np.zeros(len(compute), dtype=bool)
+    mask[order] = level > best_before
+    return mask
 
 
 def frontier_value(points: pd.DataFrame, compute: float | np.ndarray) -> np.ndarray:

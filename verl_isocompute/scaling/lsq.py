@@ -1,0 +1,85 @@
+"""Many small bounded least-squares problems solved together: the bootstrap's refits.
+
+The bootstrap of ``isocompute fit`` (:mod:`verl_isocompute.scaling.fit`) refits every group's saturating
+curve on each resample of runs, then the n*(C) sigmoid on each resample's envelope: thousands of fits of
+3 or 4 parameters, each starting next to its answer (the full-data fit). One
+``scipy.optimize.least_squares`` call per fit spends most of its ~2 ms in Python overhead, so here the
+same problems are stacked and solved in lock step with a Levenberg-Marquardt iteration on numpy arrays
+(Marquardt's scaled damping, More 1978, "The Levenberg-Marquardt algorithm: implementation and theory"),
+each problem keeping its own damping and stopping on its own. Bounds are kept by projecting every step
+onto the box; a step that does not lower a problem's cost is rejected and its damping raised.
+
+The full-data fits stay with scipy's ``least_squares`` (several starts, trust-region reflective): this
+module is only for refits from a good start, where both converge to the same minimum.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+# fun(params (N, P)) -> (residuals (N, M), jacobian (N, M, P))
+Problem = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def least_squares_batch(
+    fun: Problem,
+    start: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    weight: np.ndarray,
+    max_iter: int = 100,
+    rtol: float = 1e-10,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Minimise 1/2 sum_m weight[n, m] * r[n, m]^2 for each problem n within lower <= p <= upper.
+
+    ``start``, ``lower``, ``upper``: (N, P); ``weight``: (N, M), 0 for padding. Returns (params (N, P),
+    cost (N,), converged (N,)): a problem has converged when a step lowered its cost by less than ``rtol``
+    of it, or when no step can lower or move it any more (at a bound, or at the minimum to machine precision).
+    """
+    lower, upper = np.broadcast_to(lower, start.shape), np.broadcast_to(upper, start.shape)
+    params = np.clip(start, lower, upper)
+    residual, jac = fun(params)
+    cost = 0.5 * (weight * residual**2).sum(axis=1)
+    damping = np.full(len(params), 1e-3)
+    active = np.isfinite(cost)
+    converged = np.zeros(len(params), dtype=bool)
+    eye = np.eye(params.shape[1])
+    for _ in range(max_iter):
+        if not active.any():
+            break
+        wj_t = (jac * weight[:, :, None]).transpose(0, 2, 1)  # (N, P, M): batched matmuls beat einsum here
+        gradient = (wj_t @ residual[:, :, None])[:, :, 0]
+        hessian = wj_t @ jac
+        scale = np.maximum(np.diagonal(hessian, axis1=1, axis2=2), 1e-12)
+        system = hessian + damping[:, None, None] * scale[:, :, None] * eye
+        try:
+            step = np.linalg.solve(system, -gradient[:, :, None])[:, :, 0]
+        except np.linalg.LinAlgError:  # one singular system: solve one by one, leaving the bad one still
+            step = np.stack([_solve_or_zero(a, -g) for a, g in zip(system, gradient)])
+        trial = np.clip(params + step, lower, upper)
+        # A step that no longer moves any parameter (at the minimum, or pushing against a bound) ends the problem.
+        still = active & np.all(np.abs(trial - params) <= 1e-12 * (np.abs(params) + 1e-12), axis=1)
+        converged |= still
+        active &= ~still
+        trial_residual, trial_jac = fun(trial)
+        trial_cost = 0.5 * (weight * trial_residual**2).sum(axis=1)
+        better = active & np.isfinite(trial_cost) & (trial_cost < cost)
+        small_gain = better & (cost - trial_cost <= rtol * np.maximum(cost, 1e-300))
+        params = np.where(better[:, None], trial, params)
+        residual = np.where(better[:, None], trial_residual, residual)
+        jac = np.where(better[:, None, None], trial_jac, jac)
+        cost = np.where(better, trial_cost, cost)
+        damping = np.where(better, damping / 3.0, damping * 4.0)
+        stuck = active & ~better & (damping > 1e12)
+        converged |= small_gain | stuck
+        active &= ~(small_gain | stuck)
+    return params, cost, converged
+
+
+def _solve_or_zero(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    try:
+        return np.linalg.solve(a, b)
+    except np.linalg.LinAlgError:
+        return np.zeros_like(b)
