@@ -80,8 +80,11 @@ def _draw_frontier(fig, result, norm, n_values, _compare) -> None:
     ax = fig.add_subplot()
     pts = frontier.points
     dense = len(pts) > 2000  # many runs: small faint dots, so the fits and the frontier stay visible
-    ax.scatter(pts["C"], pts["reward"], c=pts["n"], cmap=cmap, norm=norm, s=4 if dense else 14,
-               alpha=0.25 if dense else 0.7, lw=0, rasterized=True)
+    # One marker line per n rather than one scatter with a colour per point: the same picture, drawn
+    # with one cached marker per colour (Agg's fast path), which keeps 100,000 points well under a second.
+    for n, part in pts.groupby("n", sort=True):
+        ax.plot(part["C"].to_numpy(), part["reward"].to_numpy(), linestyle="none", marker="o",
+                ms=2.0 if dense else 3.7, mew=0, color=cmap(norm(n)), alpha=0.25 if dense else 0.7, rasterized=True)
     for row in result.groups.itertuples(index=False):
         key = (row.n, row.b_problem) if result.group_by == ("n", "b_problem") else (row.n,)
         curve = result.curves.get(key)

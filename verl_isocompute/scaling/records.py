@@ -36,8 +36,10 @@ file (a tag, a note): it is not a metric and is left out, unless it is the metri
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import operator
 import os
 import re
 from collections import Counter, defaultdict
@@ -119,12 +121,12 @@ def load_runs(
         raise ScalingError("no runs found in the log files given")
 
     notes = _Notes()
-    frames, metas = [], []
+    columns, metas = [], []
     nonfinite: Counter = Counter()
     text_cells: dict[str, str] = {}
     for raw in raws:
-        frame, meta = _finalize(raw, {"n": n, "b_problem": b_problem}, derive_compute, notes)
-        frames.append(frame)
+        cols, meta = _finalize(raw, {"n": n, "b_problem": b_problem}, derive_compute, notes)
+        columns.append(cols)
         metas.append(meta)
         nonfinite.update(raw.nonfinite)
         for key, where in raw.text_cells.items():
@@ -133,13 +135,26 @@ def load_runs(
     dupes = runs["run"][runs["run"].duplicated()].tolist()
     if dupes:
         raise ScalingError(f"run name {dupes[0]!r} appears twice; pass each run once")
-    steps = pd.concat(frames, ignore_index=True, sort=False)
-    metric_cols = sorted(c for c in steps.columns if c not in KEY_COLUMNS)
-    for col in KEY_COLUMNS:
-        if col not in steps:
-            steps[col] = np.nan
-    steps = steps[list(KEY_COLUMNS) + metric_cols]
-    return RunLogs(steps=steps, runs=runs, nonfinite=dict(nonfinite), notes=notes.render(), text_cells=text_cells)
+    return RunLogs(steps=_stack(columns, runs), runs=runs, nonfinite=dict(nonfinite), notes=notes.render(),
+                   text_cells=text_cells)
+
+
+def _stack(columns: list[dict[str, np.ndarray]], runs: pd.DataFrame) -> pd.DataFrame:
+    """One table from every run's columns (NaN where a run did not log a metric), built column by column."""
+    lengths = np.array([len(cols["step"]) for cols in columns])
+    ends = np.cumsum(lengths)
+    metric_cols = sorted({key for cols in columns for key in cols} - set(KEY_COLUMNS))
+    table: dict[str, Any] = {"run": np.repeat(runs["run"].to_numpy(dtype=object), lengths)}
+    for key in KEY_COLUMNS[1:] + tuple(metric_cols):
+        if key in ("n", "b_problem"):
+            table[key] = np.repeat(runs[key].to_numpy(dtype=np.int64), lengths)
+            continue
+        out = np.full(int(ends[-1]) if len(ends) else 0, np.nan)
+        for cols, end, length in zip(columns, ends, lengths):
+            if key in cols:
+                out[end - length : end] = cols[key]
+        table[key] = out
+    return pd.DataFrame(table)
 
 
 def find_logs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, str, Path]]:
@@ -202,7 +217,7 @@ class _RawRun:
     name: str
     path: Path
     fmt: str
-    frame: pd.DataFrame
+    columns: dict[str, np.ndarray]  # key -> float values, one per logged line, in file order
     header: dict[str, Any] = field(default_factory=dict)
     nonfinite: Counter = field(default_factory=Counter)
     root: Path | None = None
@@ -256,7 +271,18 @@ def _read_jsonl(path: Path, fmt: str) -> _RawRun:
     header: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     line_nos: list[int] = []
-    for line_no, obj in jsonl.objects:
+    objects = jsonl.objects
+    if fmt == "isocompute" and all(type(obj) is dict for _, obj in objects):
+        # Our own log, the common case for a big sweep: one pass without per-line branches.
+        heads = [i for i, (_, obj) in enumerate(objects) if "header" in obj]
+        for i in heads:
+            value = objects[i][1]["header"]
+            header = value if isinstance(value, dict) else {}
+        skip = set(heads)
+        rows = [obj for i, (_, obj) in enumerate(objects) if i not in skip] if skip else [obj for _, obj in objects]
+        line_nos = [no for i, (no, _) in enumerate(objects) if i not in skip] if skip else [no for no, _ in objects]
+        objects = []
+    for line_no, obj in objects:
         if not isinstance(obj, dict):
             raise ScalingError(f"{path}, line {line_no}: expected a JSON object, got {type(obj).__name__}")
         if "header" in obj:
@@ -274,30 +300,70 @@ def _read_jsonl(path: Path, fmt: str) -> _RawRun:
             row = obj
         rows.append(row)
         line_nos.append(line_no)
-    frame = pd.DataFrame.from_records(rows) if rows else pd.DataFrame({"step": []})
-    lines_of_rows = np.asarray(line_nos, dtype=np.int64)
-    text_cells: dict[str, str] = {}
-    for col in frame.columns:
-        if _is_numeric(frame[col]) or frame[col].isna().all():
-            continue
-        values = frame[col].to_numpy(dtype=object)
-        is_number = np.array([_is_json_number(v) for v in values], dtype=bool)
-        present = frame[col].notna().to_numpy()
-        at = int(np.flatnonzero(present & ~is_number)[0])
-        where = f"{path}, line {lines_of_rows[at]}: {col} is {values[at]!r}"
-        if col in KEY_COLUMNS or is_number.any():
-            raise ScalingError(f"{where}, not a number; {_CELL_FIX}")
-        text_cells[col] = where  # a text key (a tag, a note): not a metric
-    frame = frame[[c for c in frame.columns if c not in text_cells]].astype(float)
-    _refuse_infinite_keys(frame, lambda i: f"{path}, line {lines_of_rows[i]}")
+    columns, text_cells = _columns(rows, line_nos, path)
     # Count logged null/NaN/inf per key on the text of the few lines that have one (not a loop over
     # every value), then make them NaN; a key absent from a line is simply "not logged at this step".
     flagged = [line for line in lines if "null" in line or "NaN" in line or "Infinity" in line]
     found = (m.group(1) for line in flagged for m in _NONFINITE_JSON.finditer(line))
-    nonfinite = Counter(key for key in found if key in frame.columns)
-    frame = frame.replace([np.inf, -np.inf], np.nan)
-    return _RawRun(_run_name(path, fmt), path, fmt, frame, header, nonfinite, truncated_line=truncated,
+    nonfinite = Counter(key for key in found if key in columns)
+    for values in columns.values():
+        values[np.isinf(values)] = np.nan
+    return _RawRun(_run_name(path, fmt), path, fmt, columns, header, nonfinite, truncated_line=truncated,
                    text_cells=text_cells)
+
+
+_NUMBER_TYPES = (int, float, type(None))
+
+
+def _numeric_table(rows: list[dict[str, Any]], keys: list[str]) -> np.ndarray | None:
+    """The usual run log in one go: every line has every key and every value is a number or null.
+    (rows, keys) floats, or None when that is not so and keys must be read one by one."""
+    if not rows or not keys:
+        return None
+    try:
+        values = list(map(operator.itemgetter(*keys), rows))
+    except KeyError:  # some line lacks a key: not logged at that step
+        return None
+    if len(keys) == 1:
+        values = [(v,) for v in values]
+    if not set(map(type, itertools.chain.from_iterable(values))) <= set(_NUMBER_TYPES):
+        return None
+    return np.array(values, dtype=float)  # None -> NaN
+
+
+def _columns(rows: list[dict[str, Any]], line_nos: list[int], path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The logged lines as one float array per key (NaN: not logged or null), and the text keys.
+
+    A value that is not a number (a string, ``true``, a list) stops the load with its file, line and key,
+    unless its key holds no number at all in this file (a tag or a note: left out, remembered in
+    ``text_cells``). An infinite step, n, b_problem or compute is an error too (see the module docstring).
+    """
+    keys = sorted(set().union(*rows)) if rows else []
+    columns: dict[str, np.ndarray] = {}
+    text_cells: dict[str, str] = {}
+    table = _numeric_table(rows, keys)
+    for i, key in enumerate(keys):
+        if table is not None:
+            column = table[:, i]
+        else:
+            values = [row.get(key) for row in rows]
+            if set(map(type, values)) <= set(_NUMBER_TYPES):  # numbers and nulls only
+                column = np.array(values, dtype=float)  # None -> NaN
+            else:
+                column = None
+        if column is None:
+            is_number = [isinstance(v, _NUMBER_TYPES) and not isinstance(v, bool) for v in values]
+            at = is_number.index(False)
+            where = f"{path}, line {line_nos[at]}: {key} is {values[at]!r}"
+            if key in KEY_COLUMNS or any(ok and v is not None for ok, v in zip(is_number, values)):
+                raise ScalingError(f"{where}, not a number; {_CELL_FIX}")
+            text_cells[key] = where  # a text key (a tag, a note): not a metric
+            continue
+        if key in KEY_COLUMNS and np.isinf(column).any():
+            at = int(np.flatnonzero(np.isinf(column))[0])
+            raise ScalingError(f"{path}, line {line_nos[at]}: {key} is {column[at]}, not a finite number; {_CELL_FIX}")
+        columns[key] = column
+    return columns, text_cells
 
 
 _CELL_FIX = "fix that value in the log (a value not logged at a step is left out or written as null)"
@@ -305,19 +371,6 @@ _CELL_FIX = "fix that value in the log (a value not logged at a step is left out
 
 def _is_numeric(col: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
-
-
-def _is_json_number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-
-
-def _refuse_infinite_keys(frame: pd.DataFrame, where) -> None:
-    """An infinite step, n, b_problem or compute is a broken counter, not a value to drop."""
-    for col in KEY_COLUMNS:
-        if col in frame:
-            bad = np.flatnonzero(np.isinf(frame[col].to_numpy(dtype=float)))
-            if len(bad):
-                raise ScalingError(f"{where(int(bad[0]))}: {col} is {frame[col].iloc[bad[0]]}, not a finite number; {_CELL_FIX}")
 
 
 def _read_csv(path: Path) -> list[_RawRun]:
@@ -381,10 +434,11 @@ def _read_csv(path: Path) -> list[_RawRun]:
             raise ScalingError(f"{path}, line {at + 2}: {col} is {df[col].iloc[at]}, not a finite number; {_CELL_FIX}")
     out = []
     for run, idx in runs.groupby(runs, sort=True).groups.items():
-        frame = table.loc[idx].reset_index(drop=True)
+        frame = table.loc[idx]
+        columns = {col: frame[col].to_numpy(dtype=float) for col in frame.columns}
         counts = Counter({col: int(mask.loc[idx].sum()) for col, mask in nonfinite_mask.items() if mask.loc[idx].any()})
         name = _run_name(path, "csv") + (f":{run}" if run_col is not None else "")
-        out.append(_RawRun(name, path, "csv", frame, {}, counts, text_cells=text_cells))
+        out.append(_RawRun(name, path, "csv", columns, {}, counts, text_cells=text_cells))
     return out
 
 
@@ -429,73 +483,82 @@ def name_runs(runs: list[str]) -> str:
 
 
 def _finalize(raw: _RawRun, overrides: dict[str, int | None], derive_compute: bool, notes: _Notes):
-    frame = raw.frame
+    """One run's columns in step order with n, b_problem, rollouts and tokens settled, and its row of ``runs``."""
+    cols = raw.columns
     if raw.truncated_line:
         notes.add("last line was cut off mid-write and skipped", raw.name)
-    if "step" not in frame or len(frame) == 0:
+    if "step" not in cols or len(cols["step"]) == 0:
         raise ScalingError(f"{raw.path}: no training steps logged (every line needs a 'step')")
-    if frame["step"].isna().any():
+    step = cols["step"]
+    if np.isnan(step).any():
         raise ScalingError(f"{raw.name}: a line has no step number; every logged line needs 'step'")
-    duplicates = int(frame["step"].duplicated().sum())
+    duplicates = int(len(step) - len(np.unique(step)))
     if duplicates:
         # A resumed run re-logs the steps it re-ran: the last value of each metric wins.
-        frame = frame.groupby("step", sort=True).last().reset_index()
+        frame = pd.DataFrame(cols).groupby("step", sort=True).last().reset_index()
+        cols = {col: frame[col].to_numpy(dtype=float) for col in frame.columns}
         notes.add("duplicate steps (a resumed run?): kept the last value logged for each step", raw.name)
-    elif not frame["step"].is_monotonic_increasing:
-        frame = frame.sort_values("step", kind="stable").reset_index(drop=True)
+    elif np.any(np.diff(step) < 0):
+        order = np.argsort(step, kind="stable")
+        cols = {col: values[order] for col, values in cols.items()}
+    else:
+        cols = dict(cols)
+    step = cols["step"]
 
     meta: dict[str, Any] = {"run": raw.name, "path": str(raw.path), "format": raw.fmt}
     for key in ("n", "b_problem"):
-        value, source = _resolve_setting(raw, frame, key, overrides[key], notes)
-        frame[key] = value
+        value, source = _resolve_setting(raw, cols, key, overrides[key], notes)
+        cols.pop(key, None)  # one value per run: a column of runs (see _stack)
         meta[key] = value
         meta[f"{key}_source"] = source
 
-    n, b_problem = meta["n"], meta["b_problem"]
-    if "rollouts" in frame and frame["rollouts"].notna().any() and not derive_compute:
+    per_step = float(meta["n"] * meta["b_problem"])
+    if "rollouts" in cols and not np.isnan(cols["rollouts"]).all() and not derive_compute:
         meta["rollouts_source"] = "log"
     else:
-        frame["rollouts"] = frame["step"] * (n * b_problem)
+        cols["rollouts"] = step * per_step
         meta["rollouts_source"] = "--derive-compute" if derive_compute else "derived"
-    if "tokens" in frame and frame["tokens"].notna().any() and not derive_compute:
+    if "tokens" in cols and not np.isnan(cols["tokens"]).all() and not derive_compute:
         meta["tokens_source"] = "log"
     else:
         meta["tokens_source"] = None
-        frame["tokens"] = np.nan
-        if RESPONSE_LENGTH in frame:
-            lengths = frame.loc[frame["step"] >= 1, ["step", RESPONSE_LENGTH]]
-            steps_seen = lengths["step"].to_numpy()
-            complete = (
-                len(lengths) > 0
-                and lengths[RESPONSE_LENGTH].notna().all()
-                and np.array_equal(steps_seen, np.arange(1, len(steps_seen) + 1))
-            )
-            if complete:
-                cumulative = (lengths[RESPONSE_LENGTH] * (n * b_problem)).cumsum()
-                frame.loc[lengths.index, "tokens"] = cumulative.to_numpy()
-                frame.loc[frame["step"] == 0, "tokens"] = 0.0
-                meta["tokens_source"] = "derived"
-    meta["steps"] = int(len(frame))
+        cols["tokens"] = _derived_tokens(step, cols.get(RESPONSE_LENGTH), per_step)
+        if not np.isnan(cols["tokens"]).all():
+            meta["tokens_source"] = "derived"
+    meta["steps"] = len(step)
     meta["duplicate_steps"] = duplicates
     for key in ("model", "recipe", "dataset_size"):
         meta[key] = raw.header.get(key)
-    frame["run"] = raw.name
-    return frame, meta
+    return cols, meta
 
 
-def _resolve_setting(raw: _RawRun, frame: pd.DataFrame, key: str, override: int | None, notes: _Notes):
+def _derived_tokens(step: np.ndarray, lengths: np.ndarray | None, per_step: float) -> np.ndarray:
+    """Cumulative generated tokens from the mean response length of every training step, when no step
+    from 1 on is missing (else unknown, NaN); 0 at step 0."""
+    tokens = np.full(len(step), np.nan)
+    if lengths is None:
+        return tokens
+    train = step >= 1
+    seen = step[train]
+    if len(seen) and not np.isnan(lengths[train]).any() and np.array_equal(seen, np.arange(1, len(seen) + 1)):
+        tokens[train] = np.cumsum(lengths[train] * per_step)
+        tokens[step == 0] = 0.0
+    return tokens
+
+
+def _resolve_setting(raw: _RawRun, cols: dict[str, np.ndarray], key: str, override: int | None, notes: _Notes):
     """n or b_problem for one run, and where it came from: the log, --n/--b-problem, hydra, the name."""
     flag = "--n" if key == "n" else "--b-problem"
-    if key in frame and frame[key].notna().any():
-        values = frame[key].dropna().unique()
-        if len(values) > 1:
-            first = frame.loc[frame[key].notna(), ["step", key]]
-            changed = first[first[key] != first[key].iloc[0]].iloc[0]
+    logged = cols[key][~np.isnan(cols[key])] if key in cols else np.array([])
+    if len(logged):
+        if np.any(logged != logged[0]):
+            steps = cols["step"][~np.isnan(cols[key])]
+            at = int(np.flatnonzero(logged != logged[0])[0])
             raise ScalingError(
-                f"{raw.name}: {key} changes mid-run ({first[key].iloc[0]:g} at step {first['step'].iloc[0]:g}, "
-                f"{changed[key]:g} at step {changed['step']:g}); the fit needs one {key} per run: split the log"
+                f"{raw.name}: {key} changes mid-run ({logged[0]:g} at step {steps[0]:g}, "
+                f"{logged[at]:g} at step {steps[at]:g}); the fit needs one {key} per run: split the log"
             )
-        value, source = values[0], "log"
+        value, source = logged[0], "log"
     elif raw.header.get(key) is not None:
         value, source = raw.header[key], "header"
     elif override is not None:
