@@ -799,9 +799,9 @@ def _refit_batch(u, y, w, r0, starts: list[SaturatingCurve]) -> np.ndarray:
     lo_col, r0_col = lo[:, None], None if r0 is None else r0[:, None]
     u = np.where(valid, u, u_min[:, None])  # padding: any finite C (its weight is 0)
 
-    def problem(p):
-        value, jac = _saturating_terms(p, u, lo_col, r0_col)
-        return value - y, jac
+    def problem(p, rows):
+        value, jac = _saturating_terms(p, u[rows], lo_col[rows], None if r0_col is None else r0_col[rows])
+        return value - y[rows], jac
 
     fitted, _, converged = least_squares_batch(problem, start, lower, upper, w)
     if r0 is None:
@@ -822,9 +822,9 @@ def _sigmoid_batch(x, y, w, start, n_range, k_max) -> tuple[np.ndarray, np.ndarr
     lower, upper = (np.stack(np.broadcast_arrays(*bounds), axis=1) for bounds in _sigmoid_box(x_min, x_max, n_range, k_max))
     x = np.where(valid, x, x_min[:, None])
 
-    def problem(p):
+    def problem(p, rows):
         L, k, x0, b = (p[:, i, None] for i in range(4))
-        return sigmoid_log2_n(x, L, k, x0, b) - y, sigmoid_log2_n_jacobian(x, L, k, x0, b)
+        return sigmoid_log2_n(x[rows], L, k, x0, b) - y[rows], sigmoid_log2_n_jacobian(x[rows], L, k, x0, b)
 
     fitted, _, converged = least_squares_batch(problem, np.broadcast_to(start, lower.shape).copy(), lower, upper, w)
     return fitted, converged & np.all(np.isfinite(fitted), axis=1)

@@ -19,8 +19,8 @@ from typing import Callable
 
 import numpy as np
 
-# fun(params (N, P)) -> (residuals (N, M), jacobian (N, M, P))
-Problem = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+# fun(params (K, P), rows (K,)) -> (residuals (K, M), jacobian (K, M, P)) of the problems numbered ``rows``
+Problem = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 def least_squares_batch(
@@ -34,47 +34,51 @@ def least_squares_batch(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Minimise 1/2 sum_m weight[n, m] * r[n, m]^2 for each problem n within lower <= p <= upper.
 
-    ``start``, ``lower``, ``upper``: (N, P); ``weight``: (N, M), 0 for padding. Returns (params (N, P),
-    cost (N,), converged (N,)): a problem has converged when a step lowered its cost by less than ``rtol``
-    of it, or when no step can lower or move it any more (at a bound, or at the minimum to machine precision).
+    ``start``, ``lower``, ``upper``: (N, P); ``weight``: (N, M), 0 for padding. ``fun`` is asked only for
+    the problems still running. Returns (params (N, P), cost (N,), converged (N,)): a problem has
+    converged when a step lowered its cost by less than ``rtol`` of it, or when no step can lower or
+    move it any more (at a bound, or at the minimum to machine precision).
     """
-    lower, upper = np.broadcast_to(lower, start.shape), np.broadcast_to(upper, start.shape)
+    lower = np.broadcast_to(lower, start.shape)
+    upper = np.broadcast_to(upper, start.shape)
     params = np.clip(start, lower, upper)
-    residual, jac = fun(params)
+    everyone = np.arange(len(params))
+    residual, jac = fun(params, everyone)
     cost = 0.5 * (weight * residual**2).sum(axis=1)
     damping = np.full(len(params), 1e-3)
-    active = np.isfinite(cost)
     converged = np.zeros(len(params), dtype=bool)
+    running = everyone[np.isfinite(cost)]
     eye = np.eye(params.shape[1])
     for _ in range(max_iter):
-        if not active.any():
+        if not len(running):
             break
-        wj_t = (jac * weight[:, :, None]).transpose(0, 2, 1)  # (N, P, M): batched matmuls beat einsum here
+        # The problems still running, packed: residual and jac hold exactly these rows.
+        w, p, lam = weight[running], params[running], damping[running]
+        wj_t = (jac * w[:, :, None]).transpose(0, 2, 1)  # (K, P, M): batched matmuls beat einsum here
         gradient = (wj_t @ residual[:, :, None])[:, :, 0]
         hessian = wj_t @ jac
         scale = np.maximum(np.diagonal(hessian, axis1=1, axis2=2), 1e-12)
-        system = hessian + damping[:, None, None] * scale[:, :, None] * eye
+        system = hessian + lam[:, None, None] * scale[:, :, None] * eye
         try:
             step = np.linalg.solve(system, -gradient[:, :, None])[:, :, 0]
         except np.linalg.LinAlgError:  # one singular system: solve one by one, leaving the bad one still
             step = np.stack([_solve_or_zero(a, -g) for a, g in zip(system, gradient)])
-        trial = np.clip(params + step, lower, upper)
+        trial = np.clip(p + step, lower[running], upper[running])
         # A step that no longer moves any parameter (at the minimum, or pushing against a bound) ends the problem.
-        still = active & np.all(np.abs(trial - params) <= 1e-12 * (np.abs(params) + 1e-12), axis=1)
-        converged |= still
-        active &= ~still
-        trial_residual, trial_jac = fun(trial)
-        trial_cost = 0.5 * (weight * trial_residual**2).sum(axis=1)
-        better = active & np.isfinite(trial_cost) & (trial_cost < cost)
-        small_gain = better & (cost - trial_cost <= rtol * np.maximum(cost, 1e-300))
-        params = np.where(better[:, None], trial, params)
+        still = np.all(np.abs(trial - p) <= 1e-12 * (np.abs(p) + 1e-12), axis=1)
+        trial_residual, trial_jac = fun(trial, running)
+        trial_cost = 0.5 * (w * trial_residual**2).sum(axis=1)
+        old_cost = cost[running]
+        better = ~still & np.isfinite(trial_cost) & (trial_cost < old_cost)
+        small_gain = better & (old_cost - trial_cost <= rtol * np.maximum(old_cost, 1e-300))
+        params[running[better]] = trial[better]
+        cost[running[better]] = trial_cost[better]
+        damping[running] = np.where(better, lam / 3.0, lam * 4.0)
         residual = np.where(better[:, None], trial_residual, residual)
         jac = np.where(better[:, None, None], trial_jac, jac)
-        cost = np.where(better, trial_cost, cost)
-        damping = np.where(better, damping / 3.0, damping * 4.0)
-        stuck = active & ~better & (damping > 1e12)
-        converged |= small_gain | stuck
-        active &= ~(small_gain | stuck)
+        done = still | small_gain | (~better & (damping[running] > 1e12))
+        converged[running[done]] = True
+        running, residual, jac = running[~done], residual[~done], jac[~done]
     return params, cost, converged
 
 

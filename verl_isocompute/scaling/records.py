@@ -36,6 +36,7 @@ file (a tag, a note): it is not a metric and is left out, unless it is the metri
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -164,7 +165,8 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, str, Path]
     also run verl's file logger there). Other directories are searched recursively for
     ``isocompute.jsonl`` and verl file-logger ``.jsonl`` files; CSVs are read only when named.
     """
-    found: dict[Path, tuple[Path, str, Path]] = {}
+    found: dict[str, tuple[Path, str, Path]] = {}
+    _real_dir.cache_clear()  # links may have changed since the last load
     paths = list(paths)
     if not paths:
         raise ScalingError("no runs given: pass run directories, isocompute.jsonl / verl .jsonl / .csv files")
@@ -181,7 +183,7 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, str, Path]
                     f"{path} is not a run log: expected isocompute.jsonl, a verl file-logger .jsonl "
                     "(lines {\"step\": N, \"data\": {...}}) or a .csv with one row per step"
                 )
-            found.setdefault(path.resolve(), (path, fmt, path.parent))
+            found.setdefault(_real(path), (path, fmt, path.parent))
             continue
         for dirpath, dirnames, filenames in os.walk(path):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
@@ -192,17 +194,32 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, str, Path]
                     raise ScalingError(_not_regular(here / name))
             if RUN_LOG in filenames:
                 dirnames[:] = []
-                found.setdefault((here / RUN_LOG).resolve(), (here / RUN_LOG, "isocompute", path))
+                found.setdefault(_real(here / RUN_LOG), (here / RUN_LOG, "isocompute", path))
                 continue
             for name in logs:
                 if _sniff(here / name) == "verl":
-                    found.setdefault((here / name).resolve(), (here / name, "verl", path))
+                    found.setdefault(_real(here / name), (here / name, "verl", path))
     if not found:
         raise ScalingError(
             f"no runs found in {', '.join(str(p) for p in paths)}: looked for {RUN_LOG} and verl "
             "file-logger .jsonl files (trainer.logger=['file']); pass a .csv export by name"
         )
     return sorted(found.values(), key=lambda item: str(item[0]))
+
+
+def _real(path: str | os.PathLike) -> str:
+    """``str(path.resolve())`` for an existing path, each directory resolved once per load (the runs of
+    a sweep share their parents; strings, as pathlib objects cost more than the lookups here)."""
+    path = os.path.abspath(path)
+    parent, name = os.path.split(path)
+    if not name or os.path.islink(path):
+        return os.path.realpath(path)
+    return os.path.join(_real_dir(parent), name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _real_dir(folder: str) -> str:
+    return _real(folder)
 
 
 def _not_regular(path: Path) -> str:
@@ -251,10 +268,9 @@ def _sniff(path: Path) -> str | None:
 
 def _run_name(path: Path, fmt: str) -> str:
     shown = path
-    try:
-        shown = path.resolve().relative_to(Path.cwd().resolve())
-    except ValueError:
-        pass
+    real, cwd = _real(path), _real_dir(os.getcwd())
+    if real.startswith(cwd.rstrip(os.sep) + os.sep):
+        shown = Path(real[len(cwd.rstrip(os.sep)) + 1 :])
     if fmt == "isocompute":
         shown = shown.parent
     else:
@@ -271,17 +287,18 @@ def _read_jsonl(path: Path, fmt: str) -> _RawRun:
     header: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     line_nos: list[int] = []
+    columns_text = None
     objects = jsonl.objects
-    if fmt == "isocompute" and all(type(obj) is dict for _, obj in objects):
-        # Our own log, the common case for a big sweep: one pass without per-line branches.
-        heads = [i for i, (_, obj) in enumerate(objects) if "header" in obj]
-        for i in heads:
-            value = objects[i][1]["header"]
-            header = value if isinstance(value, dict) else {}
-        skip = set(heads)
-        rows = [obj for i, (_, obj) in enumerate(objects) if i not in skip] if skip else [obj for _, obj in objects]
-        line_nos = [no for i, (no, _) in enumerate(objects) if i not in skip] if skip else [no for no, _ in objects]
-        objects = []
+    if fmt == "isocompute" and objects and isinstance(objects[0][1], dict) and "header" in objects[0][1]:
+        # Our own log, the common case for a big sweep: the header on line 1, then step rows. Taken
+        # whole here; _columns checks every row (a stray header or a non-object line sends it back here).
+        line_nos, rows = (list(part) for part in zip(*objects[1:])) if len(objects) > 1 else ([], [])
+        columns_text = _columns_if_plain(rows, line_nos, path)
+        if columns_text is not None:
+            value = objects[0][1]["header"]
+            header, objects = (value if isinstance(value, dict) else {}), []
+        else:
+            rows, line_nos = [], []
     for line_no, obj in objects:
         if not isinstance(obj, dict):
             raise ScalingError(f"{path}, line {line_no}: expected a JSON object, got {type(obj).__name__}")
@@ -300,7 +317,7 @@ def _read_jsonl(path: Path, fmt: str) -> _RawRun:
             row = obj
         rows.append(row)
         line_nos.append(line_no)
-    columns, text_cells = _columns(rows, line_nos, path)
+    columns, text_cells = columns_text if not objects and rows else _columns(rows, line_nos, path)
     # Count logged null/NaN/inf per key on the text of the few lines that have one (not a loop over
     # every value), then make them NaN; a key absent from a line is simply "not logged at this step".
     flagged = [line for line in lines if "null" in line or "NaN" in line or "Infinity" in line]
@@ -331,14 +348,26 @@ def _numeric_table(rows: list[dict[str, Any]], keys: list[str]) -> np.ndarray | 
     return np.array(values, dtype=float)  # None -> NaN
 
 
-def _columns(rows: list[dict[str, Any]], line_nos: list[int], path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def _columns_if_plain(rows: list[Any], line_nos: list[int], path: Path):
+    """:func:`_columns` of rows that are all JSON objects without a ``header`` key, else None."""
+    try:
+        keys = set().union(*rows)
+    except TypeError:  # a line that is not a JSON object
+        return None
+    if "header" in keys or not all(map(dict.__instancecheck__, rows)):
+        return None
+    return _columns(rows, line_nos, path, sorted(keys))
+
+
+def _columns(rows: list[dict[str, Any]], line_nos: list[int], path: Path, keys: list[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """The logged lines as one float array per key (NaN: not logged or null), and the text keys.
 
     A value that is not a number (a string, ``true``, a list) stops the load with its file, line and key,
     unless its key holds no number at all in this file (a tag or a note: left out, remembered in
     ``text_cells``). An infinite step, n, b_problem or compute is an error too (see the module docstring).
     """
-    keys = sorted(set().union(*rows)) if rows else []
+    if keys is None:
+        keys = sorted(set().union(*rows)) if rows else []
     columns: dict[str, np.ndarray] = {}
     text_cells: dict[str, str] = {}
     table = _numeric_table(rows, keys)
