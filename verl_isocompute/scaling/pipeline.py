@@ -42,6 +42,13 @@ class FitOptions:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"unknown fit option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        values = dict(values)
+        for name in ("bucket", "ema", "k_max"):  # YAML 1.1 reads 1e-2 (no dot) as a string
+            if isinstance(values.get(name), str):
+                try:
+                    values[name] = float(values[name])
+                except ValueError:
+                    pass  # check() names it
         return cls(**values)
 
     def check(self) -> "FitOptions":
