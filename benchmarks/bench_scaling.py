@@ -38,10 +38,27 @@ from pathlib import Path
 import numpy as np
 
 from verl_isocompute.runlog import RUN_LOG
-from verl_isocompute.scaling import build_frontier, fit_frontier, load_curve, load_runs, plot_frontier, save_plots
-from verl_isocompute.scaling.fit import _make_groups, bin_points, envelope, fit_saturating, fit_sigmoid
+from verl_isocompute.scaling import (
+    build_frontier,
+    fit_frontier,
+    load_curve,
+    load_runs,
+    plot_frontier,
+    save_plots,
+)
+from verl_isocompute.scaling.fit import (
+    _make_groups,
+    bin_points,
+    envelope,
+    fit_saturating,
+    fit_sigmoid,
+)
 from verl_isocompute.scaling.pipeline import FitOptions, run_fit
-from verl_isocompute.scaling.synthetic import curves_for, synthetic_sweep, write_run_logs
+from verl_isocompute.scaling.synthetic import (
+    curves_for,
+    synthetic_sweep,
+    write_run_logs,
+)
 
 N_GRID = [2**i for i in range(1, 11)]
 POINTS_PER_RUN = 200
@@ -99,7 +116,7 @@ def bootstrap_one_by_one(frontier, result, resamples: int, seed: int = 0) -> np.
             params[0, j] = [curve.R0, curve.A, math.log(curve.C_mid), curve.beta]
             cover[0, j] = [c.min(), c.max()]
         lo, hi = cover[0][cover[0, :, 0] > 0, 0].min(), cover[0, :, 1].max()
-        grid = np.logspace(math.log10(lo), math.log10(hi), int(math.ceil(math.log10(hi / lo) * 20)) + 1)
+        grid = np.logspace(math.log10(lo), math.log10(hi), math.ceil(math.log10(hi / lo) * 20) + 1)
         _, winner, smoothed = envelope(params, cover, log2_n, grid[None], settings["window"])
         keep = winner[0] >= 0
         fit = fit_sigmoid(np.log10(grid[keep]), smoothed[0, keep], n_range, k_max=settings["k_max"], start=start)

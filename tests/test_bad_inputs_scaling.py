@@ -14,15 +14,19 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
 from verl_isocompute.commands import cli
 from verl_isocompute.scaling import load_curve
-from verl_isocompute.scaling.synthetic import curves_for, synthetic_sweep, write_run_logs
+from verl_isocompute.scaling.synthetic import (
+    curves_for,
+    synthetic_sweep,
+    write_run_logs,
+)
 
 EASY = load_curve("paper:qwen2.5-7b-easy")
 RUN = "n8_bp32_s0"  # the run whose log a row damages
@@ -153,6 +157,7 @@ def test_fit_bad_inputs(sweep, tmp_path, capsys, row):
     inputs = row.build(sweep, tmp_path)
     code, out, err = _fit(capsys, inputs, tmp_path / "out", *row.args)
     assert code == row.code, err
+    assert out == "" if row.code == 2 else "n*(C): L=" in out
     assert "Traceback" not in err
     if row.code == 2:
         assert err.startswith("isocompute fit: error: ") and err.count("\n") == 1, err
@@ -164,7 +169,7 @@ def test_fit_bad_inputs(sweep, tmp_path, capsys, row):
 
 def test_a_bad_cell_names_its_file(sweep, tmp_path, capsys):
     inputs = _set("rollouts", '"x"')(sweep, tmp_path)
-    code, out, err = _fit(capsys, inputs, tmp_path / "out")
+    code, _, err = _fit(capsys, inputs, tmp_path / "out")
     assert code == 2 and f"{Path(inputs[0]) / RUN / 'isocompute.jsonl'}, line {LINE}" in err
 
 
@@ -172,7 +177,7 @@ def test_a_bad_cell_names_its_file(sweep, tmp_path, capsys):
 
 def _command(*args: str, stdout=subprocess.PIPE, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "verl_isocompute.commands.cli", *args], stdout=stdout,
-                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, timeout=timeout)
+                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, timeout=timeout, check=False)
 
 
 @pytest.mark.parametrize("where", ["isocompute.jsonl", "other.jsonl", "given"])

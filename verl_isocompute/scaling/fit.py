@@ -719,7 +719,7 @@ def _bootstrap(frontier, groups, curves, free_r0, params, n_range, settings):
         draws, converged = _sigmoid_batch(x, np.where(covered[ok], smoothed[ok], 0.0), covered[ok].astype(float),
                                           params, n_range, settings["k_max"])
         draws = draws[converged]
-    stats["succeeded"] = int(len(draws))
+    stats["succeeded"] = len(draws)
     stats["failed"] = int(resamples - len(draws))
     return draws, stats
 

@@ -15,7 +15,7 @@ module is only for refits from a good start, where both converge to the same min
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

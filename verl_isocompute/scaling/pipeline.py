@@ -51,7 +51,7 @@ class FitOptions:
                     pass  # check() names it
         return cls(**values)
 
-    def check(self) -> "FitOptions":
+    def check(self) -> FitOptions:
         """Refuse a setting that cannot be fitted with one line naming the option and the fix; return self.
 
         :func:`run_fit` calls it before reading any log, and ``isocompute sweep`` calls it on a plan's

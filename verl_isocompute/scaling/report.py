@@ -100,8 +100,9 @@ def render_report(
         lines += [f"**No n*(C) curve was fitted**: {result.no_curve_reason}. The frontier below is complete.", ""]
         if stale_curve:
             lines += [
-                f"An older `{CURVE_FILE}` in this directory does not describe these runs: it was renamed "
-                f"`{STALE_CURVE_FILE}`, and `isocompute allocate` of `{CURVE_FILE}` here now says so.", "",
+                (f"An older `{CURVE_FILE}` in this directory does not describe these runs: it was renamed "
+                 f"`{STALE_CURVE_FILE}`, and `isocompute allocate` of `{CURVE_FILE}` here now says so."),
+                "",
             ]
     if command:
         lines += [f"Command: `{command}`", ""]
