@@ -93,6 +93,12 @@ CSV_HEADER = "run,n,b_problem,step,rollouts,val/avg@4"
 GOOD_CSV = "\n".join([CSV_HEADER, *_CSV_ROWS]) + "\n"
 
 
+# val/avg@4 holds only text (the scores went to another column): a text column, refused when it is the metric
+TEXT_METRIC_CSV = "\n".join(
+    [CSV_HEADER + ",score", *(row.rsplit(",", 1)[0] + ",n/a," + row.rsplit(",", 1)[1] for row in _CSV_ROWS)]
+) + "\n"
+
+
 def _csv_with(column: int, value: str) -> str:
     rows = list(_CSV_ROWS)
     cells = rows[1].split(",")
@@ -120,6 +126,8 @@ FIT_ROWS = [
     Row("list in n", _set("n", "[8]"), message=f"line {LINE}: n is [8], not a number"),
     Row("csv: text in rollouts", _csv(_csv_with(4, "lots")), message="line 3: rollouts is 'lots', not a number"),
     Row("csv: text in the metric", _csv(_csv_with(5, "n/a")), message="line 3: val/avg@4 is 'n/a', not a number"),
+    Row("csv: the metric is all text", _csv(TEXT_METRIC_CSV),
+        message="val/avg@4 is 'n/a', not a number: val/avg@4 holds no number in that file"),
     # rewards outside the metric's range [0, 1]: refused, naming the file and the step
     Row("reward above 1", _set("val/avg@4", "7.0"), message="step 4: val/avg@4 = 7 is outside [0, 1]"),
     Row("reward below 0", _set("val/avg@4", "-0.25"), message="step 4: val/avg@4 = -0.25 is outside [0, 1]"),

@@ -5,7 +5,8 @@ RUNS are run directories (holding isocompute.jsonl), log files (isocompute.jsonl
 frontier.csv, records.csv, fits.csv, report.md, frontier.png and n_star.png into --out, atomically.
 
 Exit status: 0 fitted; 1 no curve (n*(C) could not be determined or a fit did not converge: the
-message says which; with one value of n the frontier is still written); 2 bad input (nothing written).
+message says which; with one value of n the frontier is still written and an older curve.json in --out
+is renamed curve.stale.json); 2 bad input, one line naming the file, line or option (nothing written).
 """
 
 from __future__ import annotations
