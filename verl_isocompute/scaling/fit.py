@@ -731,7 +731,7 @@ def _resampled_bins(g: _Group, counts: np.ndarray, fit_on: str, bucket: float):
     ``counts``: (resamples, runs of the group), how often each run was drawn.
     """
     pts = g.points
-    run_ids = pts["run"].map({run: i for i, run in enumerate(g.runs)}).to_numpy()
+    run_ids = pd.Categorical(pts["run"], categories=g.runs).codes.astype(np.int64)  # g.runs: every run of the group
     c, reward = pts["C"].to_numpy(dtype=float), pts["reward"].to_numpy(dtype=float)
     chosen = counts > 0
     run_lo = np.full(len(g.runs), np.inf)

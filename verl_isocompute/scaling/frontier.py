@@ -118,7 +118,7 @@ def validation_points(
     points = rows[rows["C"] > 0].reset_index(drop=True)
     if points.empty:
         raise ScalingError(f"no points of {metric} at C > 0: the runs validated only before training")
-    left_out = sorted(set(logs.runs["run"]) - set(points["run"]))
+    left_out = sorted(set(logs.runs["run"]) - set(points["run"].unique()))
     if left_out:
         notes.append(f"no values of {metric} at C > 0, run left out: {name_runs(left_out)}")
     points["reward"] = points["reward"].astype(float)

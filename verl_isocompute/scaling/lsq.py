@@ -30,7 +30,7 @@ def least_squares_batch(
     upper: np.ndarray,
     weight: np.ndarray,
     max_iter: int = 100,
-    rtol: float = 1e-10,
+    rtol: float = 1e-8,  # scipy least_squares' default ftol
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Minimise 1/2 sum_m weight[n, m] * r[n, m]^2 for each problem n within lower <= p <= upper.
 
