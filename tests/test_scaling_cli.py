@@ -112,10 +112,11 @@ def test_one_value_of_n_writes_the_frontier_and_exits_1(tmp_path, capsys):
     code = main([str(tmp_path / "runs"), "--out", str(out), "--bootstrap", "0"])
     err = capsys.readouterr().err
     assert code == 1 and "one value of n" in err and "frontier was written" in err
-    assert (out / "curve.json").read_text() == '{"old": true}'  # not ours to delete, and not rewritten
+    # not deleted, but set aside: it describes other runs, and a later `allocate` must not use it unknowingly
+    assert not (out / "curve.json").exists() and (out / "curve.stale.json").read_text() == '{"old": true}'
     assert (out / "frontier.csv").exists() and (out / "frontier.png").exists()
     assert "No n*(C) curve was fitted" in (out / "report.md").read_text()
-    assert "older `curve.json`" in (out / "report.md").read_text()
+    assert "renamed `curve.stale.json`" in (out / "report.md").read_text()
 
 
 def test_fit_that_does_not_converge_leaves_previous_outputs(sweep_dir, tmp_path, capsys, monkeypatch):

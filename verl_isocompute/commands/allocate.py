@@ -9,7 +9,8 @@ LR rule of ``isocompute.lr``, and ``isocompute.decoupled.n_train`` under the dec
 as the run's allocation hook would, so the printed lr is the one the run uses; flags given here win over
 the recipe. ``--compare [n=N,N,...]`` adds what each fixed n of the fitted sweep costs at this budget
 (:mod:`verl_isocompute.scaling.compare`; needs the per-n curves `isocompute fit` stores in curve.json, which
-paper presets do not have). Errors print one line and exit with status 2; a closed pipe (``| head``) ends quietly.
+paper presets do not have). Errors print one line and exit with status 2; a closed pipe (``| head``) ends quietly
+(:mod:`verl_isocompute.commands.cli`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import warnings
 from dataclasses import replace
@@ -156,15 +156,6 @@ def _table(allocation: Allocation) -> str:
     return "\n".join(lines)
 
 
-def _emit(text: str) -> None:
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        # The reader is gone (`| head`, `| true`): nothing is lost by stopping here. Point stdout at
-        # /dev/null so the interpreter's last flush does not raise again on the way out.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         settings, n_train = settings_from_args(args)
@@ -177,10 +168,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     if args.format == "json":
-        _emit(json.dumps({**allocation.to_dict(), **({"compare": comparison} if args.compare else {})}, indent=2))
+        print(json.dumps({**allocation.to_dict(), **({"compare": comparison} if args.compare else {})}, indent=2, allow_nan=False))
     elif args.format == "overrides":
-        _emit(" ".join(overrides(allocation)))
+        print(" ".join(overrides(allocation)))
     else:
-        _emit(_table(allocation) + (f"\n\n{comparison}" if args.compare else ""))
+        print(_table(allocation) + (f"\n\n{comparison}" if args.compare else ""))
     return 0
 

@@ -2,13 +2,21 @@
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
 only the module of the subcommand being run is imported, so ``isocompute fit`` never imports torch or verl.
+
+A closed pipe (``isocompute allocate ... | head -1``, ``isocompute fit ... | true``) is not an error: the
+reader has gone, so the rest of the output is dropped and the command finishes its work and exits with
+its own status. This is handled here, once, for every subcommand (:func:`closed_pipe_safe`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
 
 # name -> (module, one-line help). Order is the order of a user's day.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -51,9 +59,58 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+class _QuietWhenClosed:
+    """A stand-in for stdout that drops output, without an error, once the reading end of its pipe closed."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.reader_gone = False
+
+    def write(self, text: str) -> int:
+        if not self.reader_gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.reader_gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._gone()
+
+    def _gone(self) -> None:
+        self.reader_gone = True
+        # Point the descriptor at /dev/null so that the interpreter's last flush of what is still buffered
+        # does not raise again on the way out ("Exception ignored ... BrokenPipeError").
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def closed_pipe_safe() -> Iterator[None]:
+    """Run a command with stdout that tolerates its reader going away (see the module docstring)."""
+    real = sys.stdout
+    quiet = _QuietWhenClosed(real)
+    sys.stdout = quiet
+    try:
+        yield
+        quiet.flush()
+    finally:
+        sys.stdout = real
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
-    return int(args._module.run(args) or 0)
+    with closed_pipe_safe():
+        return int(args._module.run(args) or 0)
 
 
 if __name__ == "__main__":

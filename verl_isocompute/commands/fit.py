@@ -6,7 +6,8 @@ directories searched recursively. Writes curve.json, frontier.csv, records.csv, 
 frontier.png, n_star.png and compare.json/.csv/.png (what each fixed n costs) into --out, atomically.
 
 Exit status: 0 fitted; 1 no curve (n*(C) could not be determined or a fit did not converge: the
-message says which; with one value of n the frontier is still written); 2 bad input (nothing written).
+message says which; with one value of n the frontier is still written and an older curve.json in --out
+is renamed curve.stale.json); 2 bad input, one line naming the file, line or option (nothing written).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def options_from_args(args: argparse.Namespace) -> FitOptions:
 
 
 def run(args: argparse.Namespace) -> int:
-    from verl_isocompute.scaling.curve import CurveError, load_curve
+    from verl_isocompute.scaling.curve import STALE_CURVE_FILE, CurveError, load_curve
     from verl_isocompute.scaling.errors import FitError, ScalingError
 
     try:
@@ -86,7 +87,9 @@ def run(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     if result.curve is None:
-        _error(f"no n*(C) curve: {result.no_curve_reason}. The frontier was written to {args.out}.")
+        stale = next((p for p in written if p.name == STALE_CURVE_FILE), None)
+        aside = f" The older curve.json there describes other runs: it was renamed {stale}." if stale else ""
+        _error(f"no n*(C) curve: {result.no_curve_reason}. The frontier was written to {args.out}.{aside}")
         return 1
     c = result.curve
     print(
@@ -103,7 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     args.argv = argv
-    return run(args)
+    from verl_isocompute.commands.cli import closed_pipe_safe
+
+    with closed_pipe_safe():
+        return run(args)
 
 
 def _command(args: argparse.Namespace) -> str | None:

@@ -23,7 +23,7 @@ _EXPORTS = {
     "ScalingError": "errors", "FitError": "errors",
     "RunLogs": "records", "load_runs": "records", "find_logs": "records",
     "Frontier": "frontier", "build_frontier": "frontier", "validation_points": "frontier",
-    "record_breaking": "frontier", "frontier_value": "frontier", "bucket_index": "frontier", "smooth_ema": "frontier",
+    "record_breaking": "frontier", "record_mask": "frontier", "frontier_value": "frontier", "bucket_index": "frontier", "smooth_ema": "frontier",
     "FrontierFit": "fit", "SaturatingCurve": "fit", "SigmoidFit": "fit", "fit_frontier": "fit",
     "fit_saturating": "fit", "fit_sigmoid": "fit",
     "plot_frontier": "plots", "save_plots": "plots",

@@ -46,7 +46,7 @@ from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.scaling.fit import (
     FrontierFit,
     SaturatingCurve,
-    _argmax_envelope,
+    envelope,
     nice_budgets,
 )
 
@@ -214,7 +214,11 @@ def optimum(curves: Sequence[RewardCurve], compute: float | np.ndarray) -> tuple
     (NaN and -1 where no curve covers C): the envelope that defines the compute-optimal n."""
     c = np.atleast_1d(np.asarray(compute, dtype=float))
     # the fit's own envelope (each curve only inside its covered range), so R* is the frontier's reward
-    best, winner = _argmax_envelope([rc.curve for rc in curves], np.array([rc.c_range for rc in curves]), c)
+    params = np.array([[rc.curve.R0, rc.curve.A, math.log(rc.curve.C_mid), rc.curve.beta] for rc in curves])
+    cover = np.array([rc.c_range for rc in curves], dtype=float)
+    log2_n = np.log2([float(rc.n) for rc in curves])
+    best, winner, _ = envelope(params[None], cover[None], log2_n, c[None], window=1)
+    best, winner = best[0], winner[0]
     return np.where(winner >= 0, best, np.nan), winner
 
 

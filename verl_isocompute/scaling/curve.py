@@ -29,6 +29,10 @@ field (JSON ``true`` or ``"6.0"`` is not a number) and its parameters must descr
 - ``-1 <= log10_C0 <= 21``: the switch lies within a decade of [1, 1e20] rollouts or tokens (``isocompute
   fit`` places C0 at most a decade outside the compute it saw; the paper's: 10^5.84 rollouts, 10^9.18 tokens).
 - ``c_range``: two numbers with 0 < C_min < C_max.
+
+When a fit into a directory finds no curve, ``isocompute fit`` renames the directory's older
+``curve.json`` to ``curve.stale.json``; :func:`load_curve` of that ``curve.json`` then names the stale file
+instead of saying "not found", so a later ``isocompute allocate`` never uses an old curve unknowingly.
 """
 
 from __future__ import annotations
@@ -44,6 +48,12 @@ import numpy as np
 
 COMPUTE_UNITS = ("rollouts", "tokens")
 PRESET_PREFIX = "paper:"
+CURVE_FILE = "curve.json"
+# Where `isocompute fit` moves an older curve.json when a new fit finds no curve (see load_curve).
+STALE_CURVE_FILE = "curve.stale.json"
+# The most compute (rollouts or tokens) the toolkit fits or reads a curve at: 1e20 is beyond any RL run
+# (the paper's sweeps reach ~1e7 rollouts, ~1e10 tokens), so a larger value is a unit slip or a broken counter.
+MAX_COMPUTE = 1e20
 _REQUIRED = ("L", "k", "log10_C0", "b", "compute_unit", "metric")
 # Bounds of a usable curve, in log2 n and log10 C (module docstring says why).
 LOG2_N_FLOOR_MIN = -3.0
@@ -70,10 +80,26 @@ def sigmoid_log2_n(log10_c: Any, L: float, k: float, log10_C0: float, b: float) 
     """log2 n*(C) = L / (1 + exp(-k (log10 C - log10 C0))) + b, element-wise on arrays.
 
     The logistic is written as (1 + tanh(z / 2)) / 2, which is the same function but never overflows
-    (exp(-z) does for a sharp switch far from C0).
+    (exp(-z) does for a sharp switch far from C0). This is the one place the formula is written: the fitter
+    (:mod:`verl_isocompute.scaling.fit`) uses it and :func:`sigmoid_log2_n_jacobian`.
     """
-    z = k * (np.asarray(log10_c, dtype=float) - log10_C0)
-    return L * 0.5 * (1.0 + np.tanh(0.5 * z)) + b
+    return L * _logistic(k * (np.asarray(log10_c, dtype=float) - log10_C0)) + b
+
+
+def sigmoid_log2_n_jacobian(log10_c: Any, L: Any, k: Any, log10_C0: Any, b: Any) -> np.ndarray:
+    """d log2 n* / d(L, k, log10_C0, b), stacked on a last axis of 4 (the fitter's Jacobian).
+
+    Parameters broadcast against ``log10_c``: scalars for one curve, shape (N, 1) against (N, M) for N curves.
+    """
+    x = np.asarray(log10_c, dtype=float) - log10_C0
+    e = _logistic(k * x)
+    slope = L * e * (1.0 - e)
+    return np.stack(np.broadcast_arrays(e, slope * x, -slope * k, np.ones_like(e)), axis=-1)
+
+
+def _logistic(z: Any) -> np.ndarray:
+    # 1 / (1 + exp(-z)) written as (1 + tanh(z / 2)) / 2: the same function, but it never overflows.
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(z, dtype=float)))
 
 
 @dataclass(frozen=True)
@@ -204,6 +230,13 @@ def load_curve(spec: str | Path) -> Curve:
         source = spec_str
     else:
         path = Path(spec_str)
+        stale = path.with_name(STALE_CURVE_FILE)
+        if not path.exists() and path.name == CURVE_FILE and stale.is_file():
+            raise CurveError(
+                f"curve file {path} not found: the last `isocompute fit` into {path.parent} found no n*(C) curve "
+                f"(see its report.md) and set the older curve aside as {stale}; fix the fit, or pass {stale} to "
+                "use the older curve knowingly"
+            )
         if not path.is_file():
             raise CurveError(f"curve file {path} not found; pass a curve.json written by `isocompute fit` or a paper: preset")
         try:

@@ -50,15 +50,17 @@ import pandas as pd
 from scipy.optimize import least_squares
 from scipy.special import expit
 
-from verl_isocompute.scaling.curve import Curve
+from verl_isocompute.scaling.curve import Curve, sigmoid_log2_n, sigmoid_log2_n_jacobian
 from verl_isocompute.scaling.errors import FitError, ScalingError
-from verl_isocompute.scaling.frontier import Frontier, bucket_index, record_breaking
+from verl_isocompute.scaling.frontier import Frontier, record_breaking
+from verl_isocompute.scaling.lsq import least_squares_batch
 
 GROUP_BYS = {"n": ("n",), "n,b_problem": ("n", "b_problem")}
 FIT_ON = ("records", "all")
 DEFAULT_WINDOW = 5
 GRID_PER_DECADE = 20
 K_MAX = 50.0
+K_MIN = 1e-3  # the sigmoid's k is fitted in [K_MIN, k_max]
 DEFAULT_BOOTSTRAP = 200
 MIN_POINTS = 4  # the saturating curve has 4 parameters
 BINS_PER_DECADE = 50  # points pooled within 1/50 decade (~5%) of C before fitting, see bin_points
@@ -78,8 +80,47 @@ class SaturatingCurve:
     beta: float
 
     def __call__(self, compute: float | np.ndarray) -> np.ndarray:
-        u = np.log(np.asarray(compute, dtype=float))
-        return self.R0 + (self.A - self.R0) * expit(self.beta * (u - math.log(self.C_mid)))
+        return saturating_reward(np.log(np.asarray(compute, dtype=float)), self.R0, self.A, math.log(self.C_mid), self.beta)
+
+
+def saturating_reward(log_c: Any, R0: Any, A: Any, log_c_mid: Any, beta: Any) -> np.ndarray:
+    """R0 + (A - R0) / (1 + (C_mid / C)^beta) written in u = ln C: the one place ScaleRL's form is written.
+
+    (C_mid / C)^beta = exp(-beta (u - ln C_mid)), so the curve is a logistic in ln C. Arguments broadcast,
+    so one call evaluates many curves (the envelope, the bootstrap).
+    """
+    return R0 + (A - R0) * expit(beta * (log_c - log_c_mid))
+
+
+def _saturating_terms(p: np.ndarray, u: np.ndarray, lo: Any, r0: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The model and its Jacobian in the fitted parameters, for one parameter vector or rows of them.
+
+    Free R0 (``r0`` None): p = (A, f, ln C_mid, beta) with R0 = A - f (A - lo), so that lo <= R0 <= A <= hi
+    is a box (what bounded least squares accepts) and every curve is non-decreasing. Shared R0: p = (A,
+    ln C_mid, beta). ``p`` (P,) against ``u`` (M,), or (N, P) against (N, M) with ``lo`` / ``r0`` (N, 1).
+    """
+    cols = [p[..., i, None] for i in range(p.shape[-1])]
+    if r0 is None:
+        A, f, um, beta = cols
+        R0 = A - f * (A - lo)
+    else:
+        (A, um, beta), R0 = cols, r0
+    value = saturating_reward(u, R0, A, um, beta)
+    e = expit(beta * (u - um))
+    slope = (A - R0) * e * (1.0 - e)
+    if r0 is None:
+        grads = [1.0 - f * (1.0 - e), -(A - lo) * (1.0 - e), -slope * beta, slope * (u - um)]
+    else:
+        grads = [e, -slope * beta, slope * (u - um)]
+    return value, np.stack(np.broadcast_arrays(*grads), axis=-1)
+
+
+def _saturating_box(u_min: Any, u_max: Any, lo: Any, hi: Any, r0: Any) -> tuple[list, list]:
+    """Bounds of the fitted parameters: C_mid within 3 decades of the data, beta in [0.02, 20]."""
+    um_lo, um_hi = u_min - 3 * _LN10, u_max + 3 * _LN10
+    if r0 is None:
+        return [lo, 0.0 * lo, um_lo, 0.02 + 0.0 * lo], [hi, 1.0 + 0.0 * hi, um_hi, 20.0 + 0.0 * hi]
+    return [r0, um_lo, 0.02 + 0.0 * lo], [hi, um_hi, 20.0 + 0.0 * hi]
 
 
 def _reward_bounds(reward: np.ndarray) -> tuple[float, float]:
@@ -104,7 +145,7 @@ def bin_points(
     reward = np.asarray(reward, dtype=float)
     w = np.ones_like(reward) if weight is None else np.asarray(weight, dtype=float)
     log_c = np.log(compute)
-    ids = np.floor(log_c * (BINS_PER_DECADE / _LN10)).astype(np.int64)
+    ids = _bin_ids(log_c)
     ids -= ids.min()
     total = np.bincount(ids, weights=w)
     used = total > 0
@@ -112,6 +153,10 @@ def bin_points(
     mean_log_c = np.bincount(ids, weights=w * log_c)[used] / total
     mean = np.bincount(ids, weights=w * reward)[used] / total
     return np.exp(mean_log_c), mean, total
+
+
+def _bin_ids(log_c: np.ndarray) -> np.ndarray:
+    return np.floor(log_c * (BINS_PER_DECADE / _LN10)).astype(np.int64)
 
 
 def _best_of_starts(residual, jacobian, starts, lower, upper, max_nfev, margin):
@@ -147,64 +192,47 @@ def fit_saturating(
         raise ScalingError(f"{len(y)} points, need at least {MIN_POINTS} to fit a saturating curve")
     sqrt_w = np.ones_like(y) if weight is None else np.sqrt(np.asarray(weight, dtype=float))
     lo, hi = _reward_bounds(y)
-    um_lo, um_hi = float(u.min()) - 3 * _LN10, float(u.max()) + 3 * _LN10
-    beta_lo, beta_hi = 0.02, 20.0
-    mids = [float(np.quantile(u, q)) for q in (0.2, 0.5, 0.8)] if start is None else []
-
-    if r0 is None:
-        lower, upper = [lo, 0.0, um_lo, beta_lo], [hi, 1.0, um_hi, beta_hi]
-
-        def unpack(p):
-            A, f, um, beta = p
-            return A - f * (A - lo), A, um, beta
-
-        def jacobian(p):
-            A, f, um, beta = p
-            e = expit(beta * (u - um))
-            slope = f * (A - lo) * e * (1.0 - e)
-            cols = [1.0 - f * (1.0 - e), -(A - lo) * (1.0 - e), -slope * beta, slope * (u - um)]
-            return np.column_stack(cols) * sqrt_w[:, None]
-
-        def pack(curve):
-            gain = curve.A - lo
-            return [curve.A, (curve.A - curve.R0) / gain if gain > 0 else 0.5, math.log(curve.C_mid), curve.beta]
-
+    if r0 is not None:
+        lo, hi = min(lo, r0), max(hi, r0)
+    lower, upper = _saturating_box(float(u.min()), float(u.max()), lo, hi, r0)
+    if start is not None:
+        starts = [_pack(start, lo, r0)]
+    else:
+        mids = [float(np.quantile(u, q)) for q in (0.2, 0.5, 0.8)]
         A0 = float(y.max())
         f0 = (A0 - float(y.min())) / (A0 - lo) if A0 > lo else 0.5
-        starts = [[A0, f0, um, beta] for um in mids for beta in (0.5, 2.0)]
-    else:
-        lo, hi = min(lo, r0), max(hi, r0)
-        lower, upper = [r0, um_lo, beta_lo], [hi, um_hi, beta_hi]
-
-        def unpack(p):
-            A, um, beta = p
-            return r0, A, um, beta
-
-        def jacobian(p):
-            A, um, beta = p
-            e = expit(beta * (u - um))
-            slope = (A - r0) * e * (1.0 - e)
-            return np.column_stack([e, -slope * beta, slope * (u - um)]) * sqrt_w[:, None]
-
-        def pack(curve):
-            return [max(curve.A, r0), math.log(curve.C_mid), curve.beta]
-
-        starts = [[float(y.max()), um, beta] for um in mids for beta in (0.5, 2.0)]
+        head = [A0, f0] if r0 is None else [A0]
+        starts = [head + [um, beta] for um in mids for beta in (0.5, 2.0)]
 
     def residual(p):
-        R0, A, um, beta = unpack(p)
-        return (R0 + (A - R0) * expit(beta * (u - um)) - y) * sqrt_w
+        return (_saturating_terms(p, u, lo, r0)[0] - y) * sqrt_w
 
-    if start is not None:
-        starts = [pack(start)]
+    def jacobian(p):
+        return _saturating_terms(p, u, lo, r0)[1] * sqrt_w[:, None]
+
     best = _best_of_starts(residual, jacobian, starts, lower, upper, max_nfev, margin=1e-12)
     if best is None:
         if start is not None:
             return fit_saturating(compute, reward, weight, r0=r0, max_nfev=max_nfev)
         raise FitError(f"the saturating fit did not converge from {len(starts)} starts")
-    R0, A, um, beta = unpack(best.x)
-    curve = SaturatingCurve(R0=float(R0), A=float(A), C_mid=float(math.exp(um)), beta=float(beta))
+    curve = _unpack(best.x, lo, r0)
     return curve, float(np.sqrt(np.sum(best.fun**2) / np.sum(sqrt_w**2)))
+
+
+def _pack(curve: SaturatingCurve, lo: float, r0: float | None) -> list[float]:
+    """A curve as the fitted parameters of :func:`_saturating_terms` (a start for a refit)."""
+    if r0 is None:
+        gain = curve.A - lo
+        return [curve.A, (curve.A - curve.R0) / gain if gain > 0 else 0.5, math.log(curve.C_mid), curve.beta]
+    return [max(curve.A, r0), math.log(curve.C_mid), curve.beta]
+
+
+def _unpack(p: np.ndarray, lo: float, r0: float | None) -> SaturatingCurve:
+    if r0 is None:
+        A, f, um, beta = (float(v) for v in p)
+        return SaturatingCurve(R0=A - f * (A - lo), A=A, C_mid=math.exp(um), beta=beta)
+    A, um, beta = (float(v) for v in p)
+    return SaturatingCurve(R0=float(r0), A=A, C_mid=math.exp(um), beta=beta)
 
 
 # --- step 5: the n*(C) sigmoid ------------------------------------------------------------------------
@@ -222,9 +250,15 @@ class SigmoidFit:
     at_bounds: tuple[str, ...]
 
 
-def sigmoid_log2_n(log10_c: np.ndarray, L: float, k: float, log10_C0: float, b: float) -> np.ndarray:
-    """log2 n* = L / (1 + exp(-k (log10 C - log10 C0))) + b (the same formula as :class:`Curve`)."""
-    return L * expit(k * (np.asarray(log10_c, dtype=float) - log10_C0)) + b
+def _sigmoid_box(x_min: Any, x_max: Any, log2_n_range: tuple[float, float], k_max: float) -> tuple[list, list]:
+    """Bounds of (L, k, log10 C0, b): C0 within a decade of the C fitted on, the floor 2^b at most 3
+    doublings below the smallest n and the ceiling at most 3 above the largest."""
+    n_lo, n_hi = log2_n_range
+    ones = np.ones_like(np.asarray(x_min, dtype=float))
+    return (
+        [0.0 * ones, K_MIN * ones, x_min - 1.0, (n_lo - 3.0) * ones],
+        [(n_hi - n_lo + 3.0) * ones, float(k_max) * ones, x_max + 1.0, n_hi * ones],
+    )
 
 
 def fit_sigmoid(
@@ -242,18 +276,13 @@ def fit_sigmoid(
     """
     x = np.asarray(log10_c, dtype=float)
     y = np.asarray(log2_n, dtype=float)
-    n_lo, n_hi = log2_n_range
-    lower = [0.0, 1e-3, float(x.min()) - 1.0, n_lo - 3.0]
-    upper = [n_hi - n_lo + 3.0, float(k_max), float(x.max()) + 1.0, n_hi]
+    lower, upper = _sigmoid_box(float(x.min()), float(x.max()), log2_n_range, k_max)
 
     def residual(p):
         return sigmoid_log2_n(x, *p) - y
 
     def jacobian(p):
-        L, k, x0, _ = p
-        e = expit(k * (x - x0))
-        slope = L * e * (1.0 - e)
-        return np.column_stack([e, slope * (x - x0), -slope * k, np.ones_like(x)])
+        return sigmoid_log2_n_jacobian(x, *p)
 
     if start is not None:
         starts = [list(start)]
@@ -457,7 +486,7 @@ def fit_frontier(
     grid_c = _grid(
         min(float(g.points["C"].min()) for g in fitted), max(float(g.points["C"].max()) for g in fitted), grid_per_decade
     )
-    envelope = _envelope(fitted, curves, grid_c, keys, window)
+    table = _envelope_table(fitted, curves, grid_c, keys, window)
     n_values = sorted({g.key[0] for g in groups})
     fitted_n = sorted({g.key[0] for g in fitted})
     if len(fitted_n) < 2:
@@ -465,21 +494,21 @@ def fit_frontier(
             f"only one value of n ({n_values[0]}) in the runs" if len(n_values) < 2
             else f"only the runs with n={fitted_n[0]} have enough points for a curve"
         ) + ": the frontier is there, but n*(C) needs fitted curves for at least two values of n"
-        return result(envelope, curve=None, no_curve_reason=reason)
-    if envelope["log2_n_star"].nunique() < 2:
-        only = int(envelope["n_star"].iloc[0])
+        return result(table, curve=None, no_curve_reason=reason)
+    if table["log2_n_star"].nunique() < 2:
+        only = int(table["n_star"].iloc[0])
         reason = (
             f"n* is {only} at every C in [{grid_c[0]:.3g}, {grid_c[-1]:.3g}]: the sigmoid's L, k and C0 are not "
             "determined. Add runs with other n, or runs that reach larger/smaller C"
         )
-        return result(envelope, curve=None, no_curve_reason=reason)
+        return result(table, curve=None, no_curve_reason=reason)
 
     # Step 5.
     n_range = (math.log2(min(n_values)), math.log2(max(n_values)))
-    x = np.log10(envelope["C"].to_numpy())
-    fit = fit_sigmoid(x, envelope["log2_n_star_smoothed"].to_numpy(), n_range, k_max=k_max, max_nfev=max_nfev)
-    envelope["log2_n_star_fit"] = sigmoid_log2_n(x, fit.L, fit.k, fit.log10_C0, fit.b)
-    envelope["residual"] = fit.residuals
+    x = np.log10(table["C"].to_numpy())
+    fit = fit_sigmoid(x, table["log2_n_star_smoothed"].to_numpy(), n_range, k_max=k_max, max_nfev=max_nfev)
+    table["log2_n_star_fit"] = sigmoid_log2_n(x, fit.L, fit.k, fit.log10_C0, fit.b)
+    table["residual"] = fit.residuals
     for name in fit.at_bounds:
         hint = " (the switch is sharper than the grid of n resolves; the playbook's Hard joint fit hit k = 50 too)" if name == "k" else ""
         warnings.append(f"sigmoid parameter {name} sits at its bound{hint}")
@@ -496,8 +525,8 @@ def fit_frontier(
         low, high = np.percentile(draws, [2.5, 97.5], axis=0)
         ci = pd.DataFrame({"param": ["L", "k", "log10_C0", "b"], "estimate": params, "low": low, "high": high})
         band = sigmoid_log2_n(x[None, :], *(draws.T[:, :, None]))
-        envelope["log2_n_star_low"] = np.percentile(band, 2.5, axis=0)
-        envelope["log2_n_star_high"] = np.percentile(band, 97.5, axis=0)
+        table["log2_n_star_low"] = np.percentile(band, 2.5, axis=0)
+        table["log2_n_star_high"] = np.percentile(band, 97.5, axis=0)
     if bootstrap and stats["failed"]:
         warnings.append(f"{stats['failed']} of {bootstrap} bootstrap resamples could not be fitted and were skipped")
 
@@ -508,7 +537,7 @@ def fit_frontier(
         n_grid=tuple(int(n) for n in n_values),
         provenance=_provenance(frontier, groups, settings, fit, ci, stats),
     )
-    return result(envelope, curve=curve, r2=fit.r2, rmse=fit.rmse, ci=ci, bootstrap_params=draws, bootstrap=stats)
+    return result(table, curve=curve, r2=fit.r2, rmse=fit.rmse, ci=ci, bootstrap_params=draws, bootstrap=stats)
 
 
 def _label(key: tuple, keys: tuple[str, ...]) -> str:
@@ -546,28 +575,63 @@ def _grid(c_lo: float, c_hi: float, per_decade: int) -> np.ndarray:
     return np.logspace(math.log10(c_lo), math.log10(c_hi), num)
 
 
-def _argmax_envelope(curves: list[SaturatingCurve], cover: np.ndarray, grid: np.ndarray):
-    """Best fitted reward and the index of the winning curve at each C; a curve counts only inside
-    its covered C range. Index -1 where no curve covers C."""
-    values = np.full((len(curves), len(grid)), -np.inf)
-    for i, (curve, (c_lo, c_hi)) in enumerate(zip(curves, cover)):
-        inside = (grid >= c_lo * (1 - 1e-9)) & (grid <= c_hi * (1 + 1e-9))
-        values[i, inside] = curve(grid[inside])
-    winner = values.argmax(axis=0)
-    best = values[winner, np.arange(len(grid))]
-    winner[~np.isfinite(best)] = -1
-    return best, winner
+def envelope(
+    params: np.ndarray, cover: np.ndarray, log2_n: np.ndarray, grid: np.ndarray, window: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 4 for a batch of fits at once: the upper envelope of the per-group curves and n*(C), smoothed.
+
+    ``params``: (B, G, 4) rows (R0, A, ln C_mid, beta) of G group curves in each of B fits (NaN: the group
+    is not in that fit); ``cover``: (B, G, 2) the C range each group's runs cover: a curve competes only
+    inside it (below it the runs were not evaluated, past it the curve would be extrapolated);
+    ``log2_n``: (G,) each group's log2 n; ``grid``: (B, K) values of C (NaN: padding). Returns the best
+    fitted reward (B, K), the index of the winning group (B, K; -1 where no curve covers C) and log2 n*
+    smoothed by a centred running average of ``window`` points over the covered grid points (NaN
+    elsewhere). The fit calls it with B = 1, its bootstrap with one row per resample.
+    """
+    c = grid[:, None, :]
+    inside = (c >= cover[:, :, :1] * (1 - 1e-9)) & (c <= cover[:, :, 1:] * (1 + 1e-9)) & ~np.isnan(params[:, :, :1])
+    with np.errstate(invalid="ignore"):
+        values = saturating_reward(np.log(c), *(params[:, :, i, None] for i in range(4)))
+    values = np.where(inside, values, -np.inf)
+    winner = values.argmax(axis=1)
+    best = np.take_along_axis(values, winner[:, None, :], axis=1)[:, 0, :]
+    covered = np.isfinite(best)
+    winner = np.where(covered, winner, -1)
+    smoothed = _running_mean(np.where(covered, log2_n[np.maximum(winner, 0)], 0.0), covered, window)
+    return best, winner, smoothed
 
 
-def _smooth_log2(log2_n: np.ndarray, window: int) -> np.ndarray:
-    return pd.Series(log2_n).rolling(window, center=True, min_periods=1).mean().to_numpy()
+def _running_mean(values: np.ndarray, valid: np.ndarray, window: int) -> np.ndarray:
+    """Per row, a centred running mean over the valid entries only (as pandas' ``rolling(window,
+    center=True, min_periods=1)`` of the row with the invalid entries removed); NaN at invalid entries.
+
+    Centred as pandas centres: position i averages positions i - window // 2 ... i + (window - 1) // 2.
+    """
+    rows, width = values.shape
+    order = np.argsort(~valid, axis=1, kind="stable")  # valid entries first, in their order
+    count = valid.sum(axis=1, keepdims=True)
+    packed = np.take_along_axis(values, order, axis=1)
+    position = np.arange(width)[None, :]
+    packed = np.where(position < count, packed, 0.0)
+    cumulative = np.concatenate([np.zeros((rows, 1)), np.cumsum(packed, axis=1)], axis=1)
+    lo = np.clip(position - window // 2, 0, None).repeat(rows, axis=0)
+    hi = np.minimum(position + (window - 1) // 2 + 1, count)
+    total = np.take_along_axis(cumulative, hi, axis=1) - np.take_along_axis(cumulative, np.minimum(lo, hi), axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = total / (hi - lo)
+    out = np.full((rows, width), np.nan)
+    np.put_along_axis(out, order, np.where(position < count, mean, np.nan), axis=1)
+    return out
 
 
-def _envelope(groups, curves, grid, keys, window) -> pd.DataFrame:
+def _envelope_table(groups, curves, grid, keys, window) -> pd.DataFrame:
+    """:func:`envelope` of the full-data fit, as the table ``frontier.csv`` holds (uncovered C left out)."""
+    params = np.array([[c.R0, c.A, math.log(c.C_mid), c.beta] for c in (curves[g.key] for g in groups)])
     cover = np.array([(g.points["C"].min(), g.points["C"].max()) for g in groups], dtype=float)
-    best, winner = _argmax_envelope([curves[g.key] for g in groups], cover, grid)
-    keep = winner >= 0
-    grid, best, winner = grid[keep], best[keep], winner[keep]
+    log2_n = np.log2([float(g.key[0]) for g in groups])
+    best, winner, smoothed = envelope(params[None], cover[None], log2_n, grid[None], window)
+    keep = winner[0] >= 0
+    grid, best, winner, smoothed = grid[keep], best[0, keep], winner[0, keep], smoothed[0, keep]
     n_star = np.array([groups[i].key[0] for i in winner], dtype=float)
     table = pd.DataFrame({"C": grid, "reward": best, "n_star": n_star.astype(int)})
     if keys == ("n", "b_problem"):
@@ -575,7 +639,7 @@ def _envelope(groups, curves, grid, keys, window) -> pd.DataFrame:
     else:
         table["b_problem_star"] = [_group_b(groups[i]) for i in winner]
     table["log2_n_star"] = np.log2(n_star)
-    table["log2_n_star_smoothed"] = _smooth_log2(table["log2_n_star"].to_numpy(), window)
+    table["log2_n_star_smoothed"] = smoothed
     table["log2_n_star_fit"] = np.nan
     table["residual"] = np.nan
     return table
@@ -593,92 +657,177 @@ def _empty_grid() -> pd.DataFrame:
 def _bootstrap(frontier, groups, curves, free_r0, params, n_range, settings):
     """Resample runs with replacement and redo steps 3 to 5; returns (successful params, counts).
 
-    Each group's curve is refitted on the resampled runs, starting from the full-data curve; with a
-    shared R0, the resample's R0 is the median of the first-pass R0 of the groups it contains. Points
-    are binned (:func:`bin_points`), so a refit costs about the same for 1 or 50 runs per group, and
-    refits are cached on what they are fitted to (with ``fit_on="records"`` a resample that keeps the
-    runs holding a group's records has the same records, hence the same curve).
+    On each resample every group's curve is refitted on the resampled runs (a run drawn twice counts
+    twice), starting from the full-data curve; with a shared R0, the resample's R0 is the median of the
+    first-pass R0 of the groups it contains. Then :func:`envelope` and the sigmoid, from the full-data
+    sigmoid. All resamples are done together: the binned data of every (resample, group) is a product of
+    the resample's run counts with each run's binned sums, and the refits run in lock step
+    (:func:`verl_isocompute.scaling.lsq.least_squares_batch`). With ``fit_on="records"`` a group is fitted
+    to the record-breaking points of its resampled runs' own records
+    (:func:`~verl_isocompute.scaling.frontier.record_mask`): dropping a rival run can promote a point.
     """
-    resamples, fit_on, bucket = settings["bootstrap"], settings["fit_on"], frontier.bucket
+    resamples, fit_on = settings["bootstrap"], settings["fit_on"]
     stats = {"requested": int(resamples), "succeeded": 0, "failed": 0}
     if resamples <= 0:
         return np.empty((0, 4)), stats
     rng = np.random.default_rng(settings["seed"])
-    per_run: dict[str, tuple] = {}  # run -> (group key, C range, fit data)
-    for g in groups:
-        # A run's own records, not its share of the group's: dropping a rival run can promote its points.
-        source = record_breaking(g.points, bucket, by=["run"]) if fit_on == "records" else g.points
-        own = dict(tuple(source.groupby("run", sort=False)))
-        for run, pts in g.points.groupby("run", sort=False):
-            data = (own[run]["C"].to_numpy(), own[run]["reward"].to_numpy())
-            per_run[run] = (g.key, (float(pts["C"].min()), float(pts["C"].max())), data)
-    run_names = sorted(per_run)
-    cache: dict[Any, SaturatingCurve | None] = {}
-    draws = []
-    for _ in range(resamples):
-        members: dict[tuple, dict[str, int]] = {}
-        for i in rng.integers(0, len(run_names), size=len(run_names)):
-            counts = members.setdefault(per_run[run_names[i]][0], {})
-            counts[run_names[i]] = counts.get(run_names[i], 0) + 1
-        r0 = float(np.median([free_r0[key] for key in members])) if free_r0 is not None else None
-        group_curves, group_cover, group_n = [], [], []
-        for key, counts in sorted(members.items()):
-            chosen = sorted(counts)
-            c = np.concatenate([per_run[r][2][0] for r in chosen])
-            y = np.concatenate([per_run[r][2][1] for r in chosen])
-            if fit_on == "records":
-                c, y = _records_arrays(c, y, bucket)
-                weight = None
-                cache_key = (key, r0, c.tobytes(), y.tobytes())
-            else:  # a run drawn twice counts twice
-                weight = np.concatenate([np.full(len(per_run[r][2][0]), float(counts[r])) for r in chosen])
-                cache_key = (key, r0, tuple((r, counts[r]) for r in chosen))
-            if cache_key not in cache:
-                cache[cache_key] = _refit(bin_points(c, y, weight), r0, curves[key])
-            if cache[cache_key] is None:
-                continue
-            group_curves.append(cache[cache_key])
-            group_cover.append((min(per_run[r][1][0] for r in chosen), max(per_run[r][1][1] for r in chosen)))
-            group_n.append(key[0])
-        if len(set(group_n)) < 2:
-            stats["failed"] += 1
-            continue
-        cover = np.array(group_cover)
-        grid = _grid(float(cover[:, 0].min()), float(cover[:, 1].max()), settings["grid_per_decade"])
-        _, winner = _argmax_envelope(group_curves, cover, grid)
-        keep = winner >= 0
-        log2_n = np.log2(np.array(group_n, dtype=float))[winner[keep]]
-        if len(log2_n) < 4 or np.ptp(log2_n) == 0:
-            stats["failed"] += 1
-            continue
-        try:
-            fit = fit_sigmoid(
-                np.log10(grid[keep]), _smooth_log2(log2_n, settings["window"]), n_range,
-                k_max=settings["k_max"], start=params,
-            )
-        except FitError:
-            stats["failed"] += 1
-            continue
-        draws.append([fit.L, fit.k, fit.log10_C0, fit.b])
-        stats["succeeded"] += 1
-    return np.array(draws).reshape(-1, 4), stats
+    runs = sorted({run for g in groups for run in g.runs})
+    index = {run: i for i, run in enumerate(runs)}
+    drawn = rng.integers(0, len(runs), size=(resamples, len(runs)))
+    counts = np.bincount((np.arange(resamples)[:, None] * len(runs) + drawn).ravel(), minlength=resamples * len(runs))
+    counts = counts.reshape(resamples, len(runs)).astype(float)
+
+    # Step 3 on every (resample, group): binned data, then one batched refit.
+    G = len(groups)
+    data = [_resampled_bins(g, counts[:, [index[r] for r in g.runs]], fit_on, frontier.bucket) for g in groups]
+    width = max(u.shape[1] for u, _, _, _ in data)
+    u, y, w, cover = (np.zeros((resamples, G, width)), np.zeros((resamples, G, width)), np.zeros((resamples, G, width)),
+                      np.zeros((resamples, G, 2)))
+    for j, (gu, gy, gw, gcover) in enumerate(data):
+        u[:, j, : gu.shape[1]], y[:, j, : gu.shape[1]], w[:, j, : gu.shape[1]] = gu, gy, gw
+        cover[:, j] = gcover
+    fittable = (w > 0).sum(axis=2) >= MIN_POINTS
+    present = w.sum(axis=2) > 0
+    r0 = None
+    if free_r0 is not None:
+        r0_by_group = np.array([free_r0[g.key] for g in groups])
+        r0 = np.nanmedian(np.where(present, r0_by_group, np.nan), axis=1)  # (resamples,)
+    b_idx, g_idx = np.nonzero(fittable)
+    fits = _refit_batch(u[b_idx, g_idx], y[b_idx, g_idx], w[b_idx, g_idx],
+                        None if r0 is None else r0[b_idx], [curves[groups[j].key] for j in g_idx])
+    curve_params = np.full((resamples, G, 4), np.nan)
+    curve_params[b_idx, g_idx] = fits
+
+    # Steps 4 and 5 on every resample.
+    log2_n = np.log2([float(g.key[0]) for g in groups])
+    has_curve = ~np.isnan(curve_params[:, :, 0])
+    distinct_n = np.array([len(set(log2_n[row])) for row in has_curve])
+    cover = np.where(has_curve[:, :, None], cover, np.nan)
+    grids = [_grid(float(np.nanmin(c[:, 0])), float(np.nanmax(c[:, 1])), settings["grid_per_decade"])
+             if ok else np.array([]) for c, ok in zip(cover, distinct_n >= 2)]
+    grid = np.full((resamples, max(len(g) for g in grids)), np.nan)
+    for i, g in enumerate(grids):
+        grid[i, : len(g)] = g
+    _, winner, smoothed = envelope(curve_params, np.nan_to_num(cover, nan=-1.0), log2_n, grid, settings["window"])
+    covered = winner >= 0
+    winners = np.where(covered, log2_n[np.maximum(winner, 0)], np.nan)
+    ok = (distinct_n >= 2) & (covered.sum(axis=1) >= 4) & (np.nanmax(winners, axis=1, initial=-np.inf)
+                                                             > np.nanmin(winners, axis=1, initial=np.inf))
+    draws = np.empty((0, 4))
+    if ok.any():
+        x = np.log10(np.where(covered[ok], grid[ok], 1.0))
+        draws, converged = _sigmoid_batch(x, np.where(covered[ok], smoothed[ok], 0.0), covered[ok].astype(float),
+                                          params, n_range, settings["k_max"])
+        draws = draws[converged]
+    stats["succeeded"] = len(draws)
+    stats["failed"] = int(resamples - len(draws))
+    return draws, stats
 
 
-def _records_arrays(compute: np.ndarray, reward: np.ndarray, bucket: float) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`record_breaking` on bare arrays (the bootstrap's hot loop)."""
-    order = np.lexsort((-reward, compute))
-    c, y = compute[order], reward[order]
-    level = bucket_index(y, bucket)
-    best_before = np.concatenate([[-np.inf], np.maximum.accumulate(level)[:-1]])
-    keep = level > best_before
-    return c[keep], y[keep]
+def _resampled_bins(g: _Group, counts: np.ndarray, fit_on: str, bucket: float):
+    """One group's binned fit data on every resample: (ln C, mean reward, weight) as (resamples, bins)
+    arrays (weight 0 = empty bin) and the (resamples, 2) C range its resampled runs cover.
+
+    ``counts``: (resamples, runs of the group), how often each run was drawn.
+    """
+    pts = g.points
+    run_ids = pd.Categorical(pts["run"], categories=g.runs).codes.astype(np.int64)  # g.runs: every run of the group
+    c, reward = pts["C"].to_numpy(dtype=float), pts["reward"].to_numpy(dtype=float)
+    chosen = counts > 0
+    run_lo = np.full(len(g.runs), np.inf)
+    run_hi = np.full(len(g.runs), -np.inf)
+    np.minimum.at(run_lo, run_ids, c)
+    np.maximum.at(run_hi, run_ids, c)
+    cover = np.stack([np.where(chosen, run_lo, np.inf).min(axis=1), np.where(chosen, run_hi, -np.inf).max(axis=1)], axis=1)
+    if fit_on == "records":
+        return (*_resampled_record_bins(run_ids, c, reward, counts, bucket), cover)
+    # fit_on == "all": each run's sums per bin, weighted by how often the resample drew the run.
+    log_c = np.log(c)
+    ids = _bin_ids(log_c)
+    bins, local = np.unique(ids, return_inverse=True)
+    flat = run_ids * len(bins) + local
+    shape = (len(g.runs), len(bins))
+    per_run = [np.bincount(flat, weights=v, minlength=shape[0] * shape[1]).reshape(shape)
+               for v in (np.ones_like(c), log_c, reward)]
+    # einsum, not @: a BLAS matmul this small is slower than its own thread start-up on a busy machine
+    total, sum_log_c, sum_reward = (np.einsum("rk,kb->rb", counts, m) for m in per_run)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_log_c = np.where(total > 0, sum_log_c / total, 0.0)
+        mean = np.where(total > 0, sum_reward / total, 0.0)
+    return mean_log_c, mean, total, cover
 
 
-def _refit(data: tuple[np.ndarray, np.ndarray, np.ndarray], r0: float | None, start: SaturatingCurve) -> SaturatingCurve | None:
-    try:
-        return fit_saturating(*data, r0=r0, start=start)[0]
-    except ScalingError:
-        return None
+def _resampled_record_bins(run_ids, c, reward, counts, bucket):
+    """``fit_on="records"``: per resample, the record-breaking points of the union of the drawn runs'
+    own records (a record counts once, however often its run was drawn), binned."""
+    from verl_isocompute.scaling.frontier import record_mask
+
+    own = np.zeros(len(c), dtype=bool)
+    for run in np.unique(run_ids):
+        at = np.flatnonzero(run_ids == run)
+        own[at[record_mask(c[at], reward[at], bucket)]] = True
+    run_ids, c, reward = run_ids[own], c[own], reward[own]
+    rows = []
+    for drawn in counts > 0:
+        take = drawn[run_ids]
+        keep = record_mask(c[take], reward[take], bucket)
+        rows.append(bin_points(c[take][keep], reward[take][keep]) if keep.sum() else (np.ones(1), np.zeros(1), np.zeros(1)))
+    width = max(len(r[0]) for r in rows)
+    out = [np.zeros((len(rows), width)) for _ in range(3)]
+    for i, (bc, by, bw) in enumerate(rows):
+        out[0][i, : len(bc)], out[1][i, : len(bc)], out[2][i, : len(bc)] = np.log(bc), by, bw
+    return tuple(out)
+
+
+def _refit_batch(u, y, w, r0, starts: list[SaturatingCurve]) -> np.ndarray:
+    """Refit N saturating curves (rows of binned data, weight 0 = padding) from ``starts``; rows of
+    (R0, A, ln C_mid, beta), NaN where a refit did not converge."""
+    if not len(u):
+        return np.empty((0, 4))
+    valid = w > 0
+    u_min = np.where(valid, u, np.inf).min(axis=1)
+    u_max = np.where(valid, u, -np.inf).max(axis=1)
+    y_min = np.where(valid, y, np.inf).min(axis=1)
+    y_max = np.where(valid, y, -np.inf).max(axis=1)
+    share = (y_min >= 0.0) & (y_max <= 1.0)  # _reward_bounds, row by row
+    span = np.maximum(np.maximum(y_max - y_min, np.abs(y_max) * 0.1), 1e-9)
+    lo, hi = np.where(share, 0.0, y_min - span), np.where(share, 1.0, y_max + span)
+    if r0 is not None:
+        lo, hi = np.minimum(lo, r0), np.maximum(hi, r0)
+    lower, upper = (np.stack(np.broadcast_arrays(*bounds), axis=1) for bounds in _saturating_box(u_min, u_max, lo, hi, r0))
+    start = np.array([_pack(curve, lo[i], None if r0 is None else r0[i]) for i, curve in enumerate(starts)])
+    lo_col, r0_col = lo[:, None], None if r0 is None else r0[:, None]
+    u = np.where(valid, u, u_min[:, None])  # padding: any finite C (its weight is 0)
+
+    def problem(p, rows):
+        value, jac = _saturating_terms(p, u[rows], lo_col[rows], None if r0_col is None else r0_col[rows])
+        return value - y[rows], jac
+
+    fitted, _, converged = least_squares_batch(problem, start, lower, upper, w)
+    if r0 is None:
+        A, f, um, beta = fitted.T
+        out = np.stack([A - f * (A - lo), A, um, beta], axis=1)
+    else:
+        A, um, beta = fitted.T
+        out = np.stack([r0, A, um, beta], axis=1)
+    out[~converged] = np.nan
+    return out
+
+
+def _sigmoid_batch(x, y, w, start, n_range, k_max) -> tuple[np.ndarray, np.ndarray]:
+    """Refit the n*(C) sigmoid to N smoothed envelopes (rows, weight 0 = padding) from ``start``."""
+    valid = w > 0
+    x_min = np.where(valid, x, np.inf).min(axis=1)
+    x_max = np.where(valid, x, -np.inf).max(axis=1)
+    lower, upper = (np.stack(np.broadcast_arrays(*bounds), axis=1) for bounds in _sigmoid_box(x_min, x_max, n_range, k_max))
+    x = np.where(valid, x, x_min[:, None])
+
+    def problem(p, rows):
+        L, k, x0, b = (p[:, i, None] for i in range(4))
+        return sigmoid_log2_n(x[rows], L, k, x0, b) - y[rows], sigmoid_log2_n_jacobian(x[rows], L, k, x0, b)
+
+    fitted, _, converged = least_squares_batch(problem, np.broadcast_to(start, lower.shape).copy(), lower, upper, w)
+    return fitted, converged & np.all(np.isfinite(fitted), axis=1)
 
 
 def _provenance(frontier, groups, settings, fit, ci, stats) -> dict[str, Any]:

@@ -12,6 +12,12 @@ Steps 1 and 2 of the playbook's fitting workflow (arXiv 2603.12151, section 4):
    within a bucket does not count as progress; the frontier of the record-breakers then stays within one
    bucket of the exact one, and is still strictly increasing.
 
+Checks on the way (each an error naming the file and the step, never a silently different point):
+compute must be cumulative, not negative and at most :data:`~verl_isocompute.scaling.curve.MAX_COMPUTE`
+(1e20); a metric that is a share of samples (:func:`metric_range`: our ``val/avg@k``, ``val/best@k``,
+``val/worst@k``, overall or per data source, and verl's ``.../acc/...``) must lie in [0, 1]. Other metrics
+(verl's reward means, a loss) are not range-checked.
+
 Points with equal C are ordered best first, then by run name and step, so the result never depends on
 the order runs were given in. An optional per-run EMA (off by default) smooths the metric before any of
 this, as a chart's smoothing slider would: ``ema`` is the weight of the past (0 = off, 0.9 = heavy).
@@ -19,17 +25,21 @@ this, as a chart's smoothing slider would: ``ema`` is the weight of the past (0 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from verl_isocompute.scaling.curve import COMPUTE_UNITS
+from verl_isocompute.scaling.curve import COMPUTE_UNITS, MAX_COMPUTE
 from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.scaling.records import RESPONSE_LENGTH, RunLogs, name_runs
 
 DEFAULT_METRIC = "val/avg@4"
 DEFAULT_BUCKET = 0.01
+# Metrics that are shares of samples, hence in [0, 1]: avg/best/worst@k (ours, overall or per data source)
+# and verl's per-source accuracy (val-core/<source>/acc/mean@k).
+_SHARE_METRICS = re.compile(r"^val/(avg|best|worst)@\d+(/.*)?$|(^|/)acc(/|$)")
 # How compute was derived for runs that did not log it (see records.py), as the report says it.
 _DERIVED = {
     "rollouts": {
@@ -71,6 +81,8 @@ def validation_points(
     if compute not in COMPUTE_UNITS:
         raise ScalingError(f"compute must be one of {', '.join(COMPUTE_UNITS)}, got {compute!r}")
     steps = logs.steps
+    if metric in logs.text_cells and (metric not in steps or not steps[metric].notna().any()):
+        raise ScalingError(f"{logs.text_cells[metric]}, not a number: {metric} holds no number in that file; fix the log")
     dropped_nonfinite = int(logs.nonfinite.get(metric, 0))
     if metric not in steps or not steps[metric].notna().any():
         if dropped_nonfinite:
@@ -86,7 +98,8 @@ def validation_points(
                 f"run(s), e.g. {missing[0]}: looked for 'tokens' and 'isocompute/tokens', found token-like keys: "
                 f"{', '.join(tokenish[:10]) or '(none)'}; use --compute rollouts"
             )
-    _check_increasing(steps, compute)
+    _check_increasing(steps, compute, logs.runs)
+    _check_range(steps, metric, logs.runs)
 
     notes = []
     sources = logs.runs.set_index("run").get(f"{compute}_source", pd.Series(dtype=object))
@@ -107,7 +120,7 @@ def validation_points(
     points = rows[rows["C"] > 0].reset_index(drop=True)
     if points.empty:
         raise ScalingError(f"no points of {metric} at C > 0: the runs validated only before training")
-    left_out = sorted(set(logs.runs["run"]) - set(points["run"]))
+    left_out = sorted(set(logs.runs["run"]) - set(points["run"].unique()))
     if left_out:
         notes.append(f"no values of {metric} at C > 0, run left out: {name_runs(left_out)}")
     points["reward"] = points["reward"].astype(float)
@@ -151,14 +164,25 @@ def record_breaking(points: pd.DataFrame, bucket: float = DEFAULT_BUCKET, by: li
         ascending=[True] * len(keys) + [True, False, True, True],
         kind="mergesort",
     )
+    if not keys:
+        return order[record_mask(order["C"].to_numpy(), order["reward"].to_numpy(), bucket)].reset_index(drop=True)
     level = pd.Series(bucket_index(order["reward"], bucket), index=order.index)
-    if keys:
-        groups = [order[k] for k in keys]
-        best_before = level.groupby(groups, sort=False).cummax().groupby(groups, sort=False).shift(1)
-    else:
-        best_before = level.cummax().shift(1)
+    groups = [order[k] for k in keys]
+    best_before = level.groupby(groups, sort=False).cummax().groupby(groups, sort=False).shift(1)
     is_record = best_before.isna().to_numpy() | (level.to_numpy() > best_before.to_numpy())
     return order[is_record].reset_index(drop=True)
+
+
+def record_mask(compute: np.ndarray, reward: np.ndarray, bucket: float = DEFAULT_BUCKET) -> np.ndarray:
+    """Which of the points (arrays, in any order) are record-breaking: :func:`record_breaking` on bare
+    arrays, for the fit's bootstrap. Equal C: the best first, then the order given."""
+    compute, reward = np.asarray(compute, dtype=float), np.asarray(reward, dtype=float)
+    order = np.lexsort((-reward, compute))  # stable: ties keep the order given
+    level = bucket_index(reward[order], bucket)
+    best_before = np.concatenate([[-np.inf], np.maximum.accumulate(level)[:-1]])
+    mask = np.zeros(len(compute), dtype=bool)
+    mask[order] = level > best_before
+    return mask
 
 
 def frontier_value(points: pd.DataFrame, compute: float | np.ndarray) -> np.ndarray:
@@ -196,19 +220,54 @@ def build_frontier(
     )
 
 
-def _check_increasing(steps: pd.DataFrame, compute: str) -> None:
+def metric_range(metric: str) -> tuple[float, float] | None:
+    """The range a metric's values must lie in: [0, 1] for a share of samples, None when not known."""
+    return (0.0, 1.0) if _SHARE_METRICS.search(metric) else None
+
+
+def _where(runs: pd.DataFrame, run: str) -> str:
+    """A run's log file, for messages (the run name when the file is not known)."""
+    paths = runs.loc[runs["run"] == run, "path"] if "path" in runs else pd.Series(dtype=object)
+    return str(paths.iloc[0]) if len(paths) else str(run)
+
+
+def _check_range(steps: pd.DataFrame, metric: str, runs: pd.DataFrame) -> None:
+    bounds = metric_range(metric)
+    if bounds is None:
+        return
+    values = steps[metric].to_numpy(dtype=float)
+    outside = np.flatnonzero((values < bounds[0] - 1e-9) | (values > bounds[1] + 1e-9))
+    if len(outside):
+        row = steps.iloc[outside[0]]
+        raise ScalingError(
+            f"{_where(runs, row['run'])}: step {row['step']:g}: {metric} = {row[metric]:g} is outside "
+            f"[{bounds[0]:g}, {bounds[1]:g}] (a share of samples): fix the log, or fit another metric with --metric"
+        )
+
+
+def _check_increasing(steps: pd.DataFrame, compute: str, runs: pd.DataFrame) -> None:
     rows = steps.loc[steps[compute].notna(), ["run", "step", compute]].sort_values(["run", "step"], kind="mergesort")
     previous = rows.groupby("run", sort=False)[compute].shift(1)
     bad = rows[compute].to_numpy() <= previous.to_numpy()
     negative = rows[compute].to_numpy() < 0
     if negative.any():
         row = rows[negative].iloc[0]
-        raise ScalingError(f"{row['run']}: {compute} is negative ({row[compute]:g}) at step {row['step']:g}")
+        raise ScalingError(
+            f"{_where(runs, row['run'])}: {compute} is negative ({row[compute]:g}) at step {row['step']:g}; it counts "
+            "the compute spent so far"
+        )
+    huge = rows[compute].to_numpy() > MAX_COMPUTE
+    if huge.any():
+        row = rows[huge].iloc[0]
+        raise ScalingError(
+            f"{_where(runs, row['run'])}: {compute} = {row[compute]:g} at step {row['step']:g} is above {MAX_COMPUTE:g}, "
+            f"the most this toolkit fits; check the counter (its unit, or a corrupted value)"
+        )
     if bad.any():
         at = np.flatnonzero(bad)[0]
         row, before = rows.iloc[at], rows.iloc[at - 1]
         raise ScalingError(
-            f"{row['run']}: {compute} does not increase with step ({before[compute]:g} at step {before['step']:g}, "
+            f"{_where(runs, row['run'])}: {compute} does not increase with step ({before[compute]:g} at step {before['step']:g}, "
             f"{row[compute]:g} at step {row['step']:g}); it must be cumulative. If the counter restarted when "
             "the run resumed, pass --derive-compute (C = step x n x b_problem)"
         )

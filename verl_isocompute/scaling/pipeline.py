@@ -7,6 +7,7 @@ and the command line mean the same thing. Pure: no verl, no torch.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -41,7 +42,77 @@ class FitOptions:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"unknown fit option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        values = dict(values)
+        for name in ("bucket", "ema", "k_max"):  # YAML 1.1 reads 1e-2 (no dot) as a string
+            if isinstance(values.get(name), str):
+                try:
+                    values[name] = float(values[name])
+                except ValueError:
+                    pass  # check() names it
         return cls(**values)
+
+    def check(self) -> FitOptions:
+        """Refuse a setting that cannot be fitted with one line naming the option and the fix; return self.
+
+        :func:`run_fit` calls it before reading any log, and ``isocompute sweep`` calls it on a plan's
+        ``fit:`` block before the first cell trains. Messages name the command-line flag (``--bucket``);
+        the plan key is the same name with ``_`` (``bucket``). Raises
+        :class:`~verl_isocompute.scaling.errors.ScalingError`.
+        """
+        from verl_isocompute.scaling.curve import COMPUTE_UNITS
+        from verl_isocompute.scaling.errors import ScalingError
+        from verl_isocompute.scaling.fit import FIT_ON, GROUP_BYS, K_MIN
+
+        def refuse(name: str, wanted: str, why: str = "") -> None:
+            value = getattr(self, name)
+            raise ScalingError(f"--{name.replace('_', '-')} must be {wanted}, got {value!r}" + (f" ({why})" if why else ""))
+
+        def number(name: str) -> float | None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                return None
+            return float(value)
+
+        def integer(name: str) -> int | None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                return None
+            return value
+
+        if not isinstance(self.metric, str) or not self.metric:
+            refuse("metric", "a logged metric name such as val/avg@4")
+        if self.compute not in COMPUTE_UNITS:
+            refuse("compute", " or ".join(COMPUTE_UNITS))
+        if self.group_by not in GROUP_BYS:
+            refuse("group_by", " or ".join(GROUP_BYS))
+        if self.fit_on not in FIT_ON:
+            refuse("fit_on", " or ".join(FIT_ON))
+        bucket = number("bucket")
+        if bucket is None or bucket < 0:
+            refuse("bucket", "a finite number >= 0", "a reward bucket width such as 0.01; 0 = exact records")
+        ema = number("ema")
+        if ema is None or not 0 <= ema < 1:
+            refuse("ema", "in [0, 1)", "the weight of the past: 0 = off, 0.9 = heavy smoothing")
+        window = integer("window")
+        if window is None or window < 1:
+            refuse("window", "an integer >= 1", "grid points of the n* running average; 5 = a quarter decade")
+        k_max = number("k_max")
+        if k_max is None or k_max <= K_MIN:
+            refuse("k_max", f"a finite number > {K_MIN:g}", "the largest k of the sigmoid; default 50")
+        bootstrap = integer("bootstrap")
+        if bootstrap is None or bootstrap < 0:
+            refuse("bootstrap", "an integer >= 0", "resamples over runs; 0 = no intervals")
+        seed = integer("seed")
+        if seed is None or seed < 0:
+            refuse("seed", "an integer >= 0", "the bootstrap's random generator takes no negative seed")
+        for name in ("n", "b_problem"):
+            value = integer(name)
+            if getattr(self, name) is not None and (value is None or value < 1):
+                refuse(name, "an integer >= 1")
+        for name in ("shared_r0", "derive_compute"):
+            if not isinstance(getattr(self, name), bool):
+                refuse(name, "true or false")
+        return self
 
 
 @dataclass
@@ -76,8 +147,7 @@ def run_fit(
     from verl_isocompute.scaling.records import load_runs
     from verl_isocompute.scaling.report import write_outputs
 
-    if options.bootstrap < 0:
-        raise ScalingError(f"--bootstrap must be >= 0, got {options.bootstrap}")
+    options.check()
     if compare is not None and compare.compute_unit != options.compute:
         raise ScalingError(
             f"{compare_label or 'the comparison curve'} counts compute in {compare.compute_unit}, this fit in "

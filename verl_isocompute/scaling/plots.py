@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from verl_isocompute.scaling.fit import FrontierFit
 
 PLOT_FILES = {"frontier": "frontier.png", "n_star": "n_star.png"}
+FIGSIZE = (8.0, 5.2)  # inches
 
 
 def plot_frontier(
@@ -43,7 +44,11 @@ def plot_frontier(
     norm = LogNorm(vmin=min(n_values), vmax=max(n_values) * (1.0001 if len(n_values) == 1 else 1.0))
     figures = {}
     for name, draw in (("frontier", _draw_frontier), ("n_star", _draw_n_star)):
-        fig = Figure(figsize=(8.0, 5.2), layout="constrained")
+        # Fixed margins rather than a layout engine: the figures' furniture is known (title, axis labels,
+        # a colorbar on the right of one), and constrained layout measured every tick label on each save,
+        # a third of the time of `isocompute fit` at 500 runs.
+        fig = Figure(figsize=FIGSIZE)
+        fig.subplots_adjust(left=0.09, right=0.86 if name == "frontier" else 0.97, bottom=0.1, top=0.93)
         FigureCanvasAgg(fig)
         draw(fig, result, norm, n_values, (compare, compare_label or "compare"))
         figures[name] = fig
@@ -64,7 +69,8 @@ def save_plots(figures: dict[str, "Figure"], out_dir: str | Path, dpi: int = 130
 def _colorbar(fig, ax, norm, n_values):
     from matplotlib.cm import ScalarMappable
 
-    bar = fig.colorbar(ScalarMappable(norm=norm, cmap="viridis"), ax=ax, pad=0.01)
+    right = ax.get_position().x1
+    bar = fig.colorbar(ScalarMappable(norm=norm, cmap="viridis"), cax=fig.add_axes((right + 0.015, 0.1, 0.022, 0.83)))
     bar.set_ticks(n_values)
     bar.set_ticklabels([str(n) for n in n_values])
     bar.minorticks_off()
@@ -80,8 +86,11 @@ def _draw_frontier(fig, result, norm, n_values, _compare) -> None:
     ax = fig.add_subplot()
     pts = frontier.points
     dense = len(pts) > 2000  # many runs: small faint dots, so the fits and the frontier stay visible
-    ax.scatter(pts["C"], pts["reward"], c=pts["n"], cmap=cmap, norm=norm, s=4 if dense else 14,
-               alpha=0.25 if dense else 0.7, lw=0, rasterized=True)
+    # One marker line per n rather than one scatter with a colour per point: the same picture, drawn
+    # with one cached marker per colour (Agg's fast path), which keeps 100,000 points well under a second.
+    for n, part in pts.groupby("n", sort=True):
+        ax.plot(part["C"].to_numpy(), part["reward"].to_numpy(), linestyle="none", marker="o",
+                ms=2.0 if dense else 3.7, mew=0, color=cmap(norm(n)), alpha=0.25 if dense else 0.7, rasterized=True)
     for row in result.groups.itertuples(index=False):
         key = (row.n, row.b_problem) if result.group_by == ("n", "b_problem") else (row.n,)
         curve = result.curves.get(key)

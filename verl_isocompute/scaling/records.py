@@ -25,17 +25,26 @@ n and b_problem are constant and step counts updates from 0 = before training (v
 Generated tokens, when not logged, are the running sum of ``response_length/mean * n * b_problem`` over
 steps (verl logs the mean response length of every training batch), possible only if no step is missing.
 Our trainer's counters in verl's loggers (``isocompute/rollouts``, ``isocompute/tokens``) are used as C
-when present (:func:`verl_isocompute.scaling.sources.compute_columns`). Every derivation is reported in
+when present (:func:`verl_isocompute.scaling.sources.compute_names`). Every derivation is reported in
 :attr:`RunLogs.notes`.
 
 Duplicate steps (a resumed run re-logs the steps it re-ran) keep the last value logged for each metric.
-Values logged as NaN, inf or null (verl's orjson writes NaN as null) are counted per metric and dropped.
+Values logged as NaN, inf or null (verl's orjson writes NaN as null) are counted per metric and dropped;
+in the columns that say where a point is (``step``, ``n``, ``b_problem``, ``rollouts``, ``tokens``) an
+infinite value is an error instead. A value that is not a number (a string, ``true``, a list) is never
+dropped silently, since dropping it would drop its column (and C would be re-derived) or its run: it is
+an error naming the file, the line and the key. The exception is a key that holds no number at all in a
+file (a tag, a note): it is not a metric and is left out, unless it is the metric being fitted
+(:attr:`RunLogs.text_cells`, checked by :func:`~verl_isocompute.scaling.frontier.validation_points`).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import math
+import operator
 import os
 import re
 from collections import Counter, defaultdict
@@ -78,13 +87,15 @@ class RunLogs:
     (``n_source``, ``b_problem_source``: log | header | --n/--b-problem | .hydra/config.yaml | run name;
     ``rollouts_source``: log | derived | --derive-compute; ``tokens_source``: log | derived | None),
     ``steps``, ``duplicate_steps``, and the header's ``model``, ``recipe``, ``dataset_size``. ``nonfinite``: metric -> number of NaN/inf/null values logged (dropped).
-    ``notes``: what was derived or dropped, for the report.
+    ``notes``: what was derived or dropped, for the report. ``text_cells``: keys that held no number in
+    some file (left out as text), each with where its first value was.
     """
 
     steps: pd.DataFrame
     runs: pd.DataFrame
     nonfinite: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    text_cells: dict[str, str] = field(default_factory=dict)  # key -> "file, line N: key is 'x'" (first seen)
 
     @property
     def metrics(self) -> list[str]:
@@ -110,7 +121,8 @@ def load_runs(
     for path, fmt, root in files:
         if fmt in sources.FORMATS:
             run = sources.read(path, fmt)
-            batch = [_RawRun(run.name, run.path, fmt, run.frame, run.header, run.nonfinite, truncated_line=run.truncated)]
+            columns = {key: run.frame[key].to_numpy(dtype=float) for key in run.frame.columns}
+            batch = [_RawRun(run.name, run.path, fmt, columns, run.header, run.nonfinite, truncated_line=run.truncated)]
         else:
             batch = _read_csv(path) if fmt == "csv" else [_read_jsonl(path, fmt)]
         for raw in batch:
@@ -120,24 +132,40 @@ def load_runs(
         raise ScalingError("no runs found in the log files given")
 
     notes = _Notes()
-    frames, metas = [], []
+    columns, metas = [], []
     nonfinite: Counter = Counter()
+    text_cells: dict[str, str] = {}
     for raw in raws:
-        frame, meta = _finalize(raw, {"n": n, "b_problem": b_problem}, derive_compute, notes)
-        frames.append(frame)
+        cols, meta = _finalize(raw, {"n": n, "b_problem": b_problem}, derive_compute, notes)
+        columns.append(cols)
         metas.append(meta)
         nonfinite.update(raw.nonfinite)
+        for key, where in raw.text_cells.items():
+            text_cells.setdefault(key, where)
     runs = pd.DataFrame(metas)
     dupes = runs["run"][runs["run"].duplicated()].tolist()
     if dupes:
         raise ScalingError(f"run name {dupes[0]!r} appears twice; pass each run once")
-    steps = pd.concat(frames, ignore_index=True, sort=False)
-    metric_cols = sorted(c for c in steps.columns if c not in KEY_COLUMNS)
-    for col in KEY_COLUMNS:
-        if col not in steps:
-            steps[col] = np.nan
-    steps = steps[list(KEY_COLUMNS) + metric_cols]
-    return RunLogs(steps=steps, runs=runs, nonfinite=dict(nonfinite), notes=notes.render())
+    return RunLogs(steps=_stack(columns, runs), runs=runs, nonfinite=dict(nonfinite), notes=notes.render(),
+                   text_cells=text_cells)
+
+
+def _stack(columns: list[dict[str, np.ndarray]], runs: pd.DataFrame) -> pd.DataFrame:
+    """One table from every run's columns (NaN where a run did not log a metric), built column by column."""
+    lengths = np.array([len(cols["step"]) for cols in columns])
+    ends = np.cumsum(lengths)
+    metric_cols = sorted({key for cols in columns for key in cols} - set(KEY_COLUMNS))
+    table: dict[str, Any] = {"run": np.repeat(runs["run"].to_numpy(dtype=object), lengths)}
+    for key in KEY_COLUMNS[1:] + tuple(metric_cols):
+        if key in ("n", "b_problem"):
+            table[key] = np.repeat(runs[key].to_numpy(dtype=np.int64), lengths)
+            continue
+        out = np.full(int(ends[-1]) if len(ends) else 0, np.nan)
+        for cols, end, length in zip(columns, ends, lengths):
+            if key in cols:
+                out[end - length : end] = cols[key]
+        table[key] = out
+    return pd.DataFrame(table)
 
 
 def find_logs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, str, Path]]:
@@ -147,7 +175,8 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, str, Path]
     also run verl's file logger there). Other directories are searched recursively for
     ``isocompute.jsonl`` and verl file-logger ``.jsonl`` files; CSVs are read only when named.
     """
-    found: dict[Path, tuple[Path, str, Path]] = {}
+    found: dict[str, tuple[Path, str, Path]] = {}
+    _real_dir.cache_clear()  # links may have changed since the last load
     paths = list(paths)
     if not paths:
         raise ScalingError("no runs given: pass run directories, isocompute.jsonl / verl .jsonl / .csv files")
@@ -155,6 +184,8 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, str, Path]
         path = Path(arg)
         if not path.exists():
             raise ScalingError(f"{path} does not exist; pass run directories or log files")
+        if not path.is_dir() and not path.is_file():
+            raise ScalingError(_not_regular(path))
         if path.is_file():
             fmt = _sniff(path) or sources.sniff(path)
             if fmt is None:
@@ -163,24 +194,28 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, str, Path]
                     "(lines {\"step\": N, \"data\": {...}}), a .csv with one row per step, a wandb run "
                     "directory or tensorboard event files"
                 )
-            found.setdefault(path.resolve(), (path, fmt, path.parent))
+            found.setdefault(_real(path), (path, fmt, path.parent))
             continue
         for dirpath, dirnames, filenames in os.walk(path):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             here = Path(dirpath)
+            logs = [name for name in sorted(filenames) if name.endswith(".jsonl")]
+            for name in logs:  # a FIFO or a device would block the read that sniffs it: refuse it first
+                if not (here / name).is_file():
+                    raise ScalingError(_not_regular(here / name))
             if RUN_LOG in filenames:
                 dirnames[:] = []
-                found.setdefault((here / RUN_LOG).resolve(), (here / RUN_LOG, "isocompute", path))
+                found.setdefault(_real(here / RUN_LOG), (here / RUN_LOG, "isocompute", path))
                 continue
             fmt = sources.run_in_dir(here, filenames)
             if fmt is not None:  # one run per directory, like isocompute.jsonl; wandb's subfolders are its own
-                found.setdefault(here.resolve(), (here, fmt, path))
+                found.setdefault(_real(here), (here, fmt, path))
                 if fmt == sources.WANDB:
                     dirnames[:] = []
                 continue
-            for name in sorted(filenames):
-                if name.endswith(".jsonl") and _sniff(here / name) == "verl":
-                    found.setdefault((here / name).resolve(), (here / name, "verl", path))
+            for name in logs:
+                if _sniff(here / name) == "verl":
+                    found.setdefault(_real(here / name), (here / name, "verl", path))
     if not found:
         raise ScalingError(
             f"no runs found in {', '.join(str(p) for p in paths)}: looked for {RUN_LOG}, verl "
@@ -188,6 +223,25 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, str, Path]
             "files; pass a .csv export by name"
         )
     return sorted(found.values(), key=lambda item: str(item[0]))
+
+
+def _real(path: str | os.PathLike) -> str:
+    """``str(path.resolve())`` for an existing path, each directory resolved once per load (the runs of
+    a sweep share their parents; strings, as pathlib objects cost more than the lookups here)."""
+    path = os.path.abspath(path)
+    parent, name = os.path.split(path)
+    if not name or os.path.islink(path):
+        return os.path.realpath(path)
+    return os.path.join(_real_dir(parent), name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _real_dir(folder: str) -> str:
+    return _real(folder)
+
+
+def _not_regular(path: Path) -> str:
+    return f"{path} is not a regular file (a FIFO, socket or device?): pass run directories or log files written to disk"
 
 
 # --- reading ---------------------------------------------------------------------------------------
@@ -198,11 +252,12 @@ class _RawRun:
     name: str
     path: Path
     fmt: str
-    frame: pd.DataFrame
+    columns: dict[str, np.ndarray]  # key -> float values, one per logged line, in file order
     header: dict[str, Any] = field(default_factory=dict)
     nonfinite: Counter = field(default_factory=Counter)
     root: Path | None = None
     truncated_line: bool = False
+    text_cells: dict[str, str] = field(default_factory=dict)
 
 
 def _sniff(path: Path) -> str | None:
@@ -231,10 +286,9 @@ def _sniff(path: Path) -> str | None:
 
 def _run_name(path: Path, fmt: str) -> str:
     shown = path
-    try:
-        shown = path.resolve().relative_to(Path.cwd().resolve())
-    except ValueError:
-        pass
+    real, cwd = _real(path), _real_dir(os.getcwd())
+    if real.startswith(cwd.rstrip(os.sep) + os.sep):
+        shown = Path(real[len(cwd.rstrip(os.sep)) + 1 :])
     if fmt == "isocompute":
         shown = shown.parent
     else:
@@ -250,7 +304,20 @@ def _read_jsonl(path: Path, fmt: str) -> _RawRun:
     lines, truncated = jsonl.lines, jsonl.cut_last_line
     header: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
-    for line_no, obj in jsonl.objects:
+    line_nos: list[int] = []
+    columns_text = None
+    objects = jsonl.objects
+    if fmt == "isocompute" and objects and isinstance(objects[0][1], dict) and "header" in objects[0][1]:
+        # Our own log, the common case for a big sweep: the header on line 1, then step rows. Taken
+        # whole here; _columns checks every row (a stray header or a non-object line sends it back here).
+        line_nos, rows = (list(part) for part in zip(*objects[1:])) if len(objects) > 1 else ([], [])
+        columns_text = _columns_if_plain(rows, line_nos, path)
+        if columns_text is not None:
+            value = objects[0][1]["header"]
+            header, objects = (value if isinstance(value, dict) else {}), []
+        else:
+            rows, line_nos = [], []
+    for line_no, obj in objects:
         if not isinstance(obj, dict):
             raise ScalingError(f"{path}, line {line_no}: expected a JSON object, got {type(obj).__name__}")
         if "header" in obj:
@@ -267,17 +334,89 @@ def _read_jsonl(path: Path, fmt: str) -> _RawRun:
         else:
             row = obj
         rows.append(row)
-    frame = pd.DataFrame.from_records(rows) if rows else pd.DataFrame({"step": []})
-    frame = frame[[c for c in frame.columns if _is_numeric(frame[c]) or frame[c].isna().all()]].astype(float)
+        line_nos.append(line_no)
+    columns, text_cells = columns_text if not objects and rows else _columns(rows, line_nos, path)
     # Count logged null/NaN/inf per key on the text of the few lines that have one (not a loop over
     # every value), then make them NaN; a key absent from a line is simply "not logged at this step".
     flagged = [line for line in lines if "null" in line or "NaN" in line or "Infinity" in line]
     found = (m.group(1) for line in flagged for m in _NONFINITE_JSON.finditer(line))
-    nonfinite = Counter(key for key in found if key in frame.columns)
-    frame = frame.replace([np.inf, -np.inf], np.nan)
+    nonfinite = Counter(key for key in found if key in columns)
+    for values in columns.values():
+        values[np.isinf(values)] = np.nan
     if fmt == "verl":  # our trainer's compute counters, as verl's file logger names them
-        frame = sources.compute_columns(frame)
-    return _RawRun(_run_name(path, fmt), path, fmt, frame, header, nonfinite, truncated_line=truncated)
+        for alias, name in sources.compute_names(columns).items():
+            columns[name] = columns.pop(alias)
+    return _RawRun(_run_name(path, fmt), path, fmt, columns, header, nonfinite, truncated_line=truncated,
+                   text_cells=text_cells)
+
+
+_NUMBER_TYPES = (int, float, type(None))
+
+
+def _numeric_table(rows: list[dict[str, Any]], keys: list[str]) -> np.ndarray | None:
+    """The usual run log in one go: every line has every key and every value is a number or null.
+    (rows, keys) floats, or None when that is not so and keys must be read one by one."""
+    if not rows or not keys:
+        return None
+    try:
+        values = list(map(operator.itemgetter(*keys), rows))
+    except KeyError:  # some line lacks a key: not logged at that step
+        return None
+    if len(keys) == 1:
+        values = [(v,) for v in values]
+    if not set(map(type, itertools.chain.from_iterable(values))) <= set(_NUMBER_TYPES):
+        return None
+    return np.array(values, dtype=float)  # None -> NaN
+
+
+def _columns_if_plain(rows: list[Any], line_nos: list[int], path: Path):
+    """:func:`_columns` of rows that are all JSON objects without a ``header`` key, else None."""
+    try:
+        keys = set().union(*rows)
+    except TypeError:  # a line that is not a JSON object
+        return None
+    if "header" in keys or not all(map(dict.__instancecheck__, rows)):
+        return None
+    return _columns(rows, line_nos, path, sorted(keys))
+
+
+def _columns(rows: list[dict[str, Any]], line_nos: list[int], path: Path, keys: list[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The logged lines as one float array per key (NaN: not logged or null), and the text keys.
+
+    A value that is not a number (a string, ``true``, a list) stops the load with its file, line and key,
+    unless its key holds no number at all in this file (a tag or a note: left out, remembered in
+    ``text_cells``). An infinite step, n, b_problem or compute is an error too (see the module docstring).
+    """
+    if keys is None:
+        keys = sorted(set().union(*rows)) if rows else []
+    columns: dict[str, np.ndarray] = {}
+    text_cells: dict[str, str] = {}
+    table = _numeric_table(rows, keys)
+    for i, key in enumerate(keys):
+        if table is not None:
+            column = table[:, i]
+        else:
+            values = [row.get(key) for row in rows]
+            if set(map(type, values)) <= set(_NUMBER_TYPES):  # numbers and nulls only
+                column = np.array(values, dtype=float)  # None -> NaN
+            else:
+                column = None
+        if column is None:
+            is_number = [isinstance(v, _NUMBER_TYPES) and not isinstance(v, bool) for v in values]
+            at = is_number.index(False)
+            where = f"{path}, line {line_nos[at]}: {key} is {values[at]!r}"
+            if key in KEY_COLUMNS or any(ok and v is not None for ok, v in zip(is_number, values)):
+                raise ScalingError(f"{where}, not a number; {_CELL_FIX}")
+            text_cells[key] = where  # a text key (a tag, a note): not a metric
+            continue
+        if key in KEY_COLUMNS and np.isinf(column).any():
+            at = int(np.flatnonzero(np.isinf(column))[0])
+            raise ScalingError(f"{path}, line {line_nos[at]}: {key} is {column[at]}, not a finite number; {_CELL_FIX}")
+        columns[key] = column
+    return columns, text_cells
+
+
+_CELL_FIX = "fix that value in the log (a value not logged at a step is left out or written as null)"
 
 
 def _is_numeric(col: pd.Series) -> bool:
@@ -286,9 +425,13 @@ def _is_numeric(col: pd.Series) -> bool:
 
 def _read_csv(path: Path) -> list[_RawRun]:
     try:
-        df = pd.read_csv(path, keep_default_na=False, na_values=[""], low_memory=False)
+        df = pd.read_csv(path, keep_default_na=False, na_values=[""], low_memory=False, encoding="utf-8-sig")
     except (OSError, ValueError) as exc:
         raise ScalingError(f"{path}: cannot read as CSV ({exc})") from None
+    if df.empty:
+        raise ScalingError(
+            f"{path} has a header line but no rows: export one row per logged step of each run (see docs/SCALING.md)"
+        )
     if [c.strip().lower() for c in df.columns] == ["wall time", "step", "value"]:
         raise ScalingError(
             f"{path} is a TensorBoard single-scalar export (Wall time, Step, Value); export one row per step "
@@ -308,6 +451,7 @@ def _read_csv(path: Path) -> list[_RawRun]:
 
     numeric: dict[str, pd.Series] = {}
     nonfinite_mask: dict[str, pd.Series] = {}
+    text_cells: dict[str, str] = {}
     for col in df.columns:
         values = df[col]
         if _is_numeric(values):
@@ -322,21 +466,29 @@ def _read_csv(path: Path) -> list[_RawRun]:
         present = text.notna() & (text != "")
         unparsed = present & parsed.isna() & ~text.str.lower().isin(_NONFINITE_TEXT)
         if unparsed.any():
-            if col in ("step", "n", "b_problem"):
-                bad = text[unparsed].iloc[0]
-                raise ScalingError(f"{path}: column {col!r} holds {bad!r}, not a number")
+            at = int(np.flatnonzero(unparsed.to_numpy())[0])
+            where = f"{path}, line {at + 2}: {col} is {text.iloc[at]!r}"  # line 1 is the header
+            if col in KEY_COLUMNS or parsed.notna().any():
+                raise ScalingError(f"{where}, not a number; {_CELL_FIX}")
+            text_cells[col] = where
             continue  # a text column (tags, notes): not a metric
         parsed = parsed.astype(float)
         bad = present & ~np.isfinite(parsed.to_numpy(dtype=float, na_value=np.nan))
         nonfinite_mask[col] = bad
         numeric[col] = parsed.where(~bad, np.nan)
     table = pd.DataFrame(numeric)
+    for col in set(KEY_COLUMNS) & set(df.columns):
+        infinite = np.isinf(pd.to_numeric(df[col].astype("string").str.strip(), errors="coerce").to_numpy(dtype=float, na_value=np.nan))
+        if infinite.any():
+            at = int(np.flatnonzero(infinite)[0])
+            raise ScalingError(f"{path}, line {at + 2}: {col} is {df[col].iloc[at]}, not a finite number; {_CELL_FIX}")
     out = []
     for run, idx in runs.groupby(runs, sort=True).groups.items():
-        frame = table.loc[idx].reset_index(drop=True)
+        frame = table.loc[idx]
+        columns = {col: frame[col].to_numpy(dtype=float) for col in frame.columns}
         counts = Counter({col: int(mask.loc[idx].sum()) for col, mask in nonfinite_mask.items() if mask.loc[idx].any()})
         name = _run_name(path, "csv") + (f":{run}" if run_col is not None else "")
-        out.append(_RawRun(name, path, "csv", frame, {}, counts))
+        out.append(_RawRun(name, path, "csv", columns, {}, counts, text_cells=text_cells))
     return out
 
 
@@ -381,73 +533,82 @@ def name_runs(runs: list[str]) -> str:
 
 
 def _finalize(raw: _RawRun, overrides: dict[str, int | None], derive_compute: bool, notes: _Notes):
-    frame = raw.frame
+    """One run's columns in step order with n, b_problem, rollouts and tokens settled, and its row of ``runs``."""
+    cols = raw.columns
     if raw.truncated_line:
         notes.add("last line was cut off mid-write and skipped", raw.name)
-    if "step" not in frame or len(frame) == 0:
+    if "step" not in cols or len(cols["step"]) == 0:
         raise ScalingError(f"{raw.path}: no training steps logged (every line needs a 'step')")
-    if frame["step"].isna().any():
+    step = cols["step"]
+    if np.isnan(step).any():
         raise ScalingError(f"{raw.name}: a line has no step number; every logged line needs 'step'")
-    duplicates = int(frame["step"].duplicated().sum())
+    duplicates = int(len(step) - len(np.unique(step)))
     if duplicates:
         # A resumed run re-logs the steps it re-ran: the last value of each metric wins.
-        frame = frame.groupby("step", sort=True).last().reset_index()
+        frame = pd.DataFrame(cols).groupby("step", sort=True).last().reset_index()
+        cols = {col: frame[col].to_numpy(dtype=float) for col in frame.columns}
         notes.add("duplicate steps (a resumed run?): kept the last value logged for each step", raw.name)
-    elif not frame["step"].is_monotonic_increasing:
-        frame = frame.sort_values("step", kind="stable").reset_index(drop=True)
+    elif np.any(np.diff(step) < 0):
+        order = np.argsort(step, kind="stable")
+        cols = {col: values[order] for col, values in cols.items()}
+    else:
+        cols = dict(cols)
+    step = cols["step"]
 
     meta: dict[str, Any] = {"run": raw.name, "path": str(raw.path), "format": raw.fmt}
     for key in ("n", "b_problem"):
-        value, source = _resolve_setting(raw, frame, key, overrides[key], notes)
-        frame[key] = value
+        value, source = _resolve_setting(raw, cols, key, overrides[key], notes)
+        cols.pop(key, None)  # one value per run: a column of runs (see _stack)
         meta[key] = value
         meta[f"{key}_source"] = source
 
-    n, b_problem = meta["n"], meta["b_problem"]
-    if "rollouts" in frame and frame["rollouts"].notna().any() and not derive_compute:
+    per_step = float(meta["n"] * meta["b_problem"])
+    if "rollouts" in cols and not np.isnan(cols["rollouts"]).all() and not derive_compute:
         meta["rollouts_source"] = "log"
     else:
-        frame["rollouts"] = frame["step"] * (n * b_problem)
+        cols["rollouts"] = step * per_step
         meta["rollouts_source"] = "--derive-compute" if derive_compute else "derived"
-    if "tokens" in frame and frame["tokens"].notna().any() and not derive_compute:
+    if "tokens" in cols and not np.isnan(cols["tokens"]).all() and not derive_compute:
         meta["tokens_source"] = "log"
     else:
         meta["tokens_source"] = None
-        frame["tokens"] = np.nan
-        if RESPONSE_LENGTH in frame:
-            lengths = frame.loc[frame["step"] >= 1, ["step", RESPONSE_LENGTH]]
-            steps_seen = lengths["step"].to_numpy()
-            complete = (
-                len(lengths) > 0
-                and lengths[RESPONSE_LENGTH].notna().all()
-                and np.array_equal(steps_seen, np.arange(1, len(steps_seen) + 1))
-            )
-            if complete:
-                cumulative = (lengths[RESPONSE_LENGTH] * (n * b_problem)).cumsum()
-                frame.loc[lengths.index, "tokens"] = cumulative.to_numpy()
-                frame.loc[frame["step"] == 0, "tokens"] = 0.0
-                meta["tokens_source"] = "derived"
-    meta["steps"] = int(len(frame))
+        cols["tokens"] = _derived_tokens(step, cols.get(RESPONSE_LENGTH), per_step)
+        if not np.isnan(cols["tokens"]).all():
+            meta["tokens_source"] = "derived"
+    meta["steps"] = len(step)
     meta["duplicate_steps"] = duplicates
     for key in ("model", "recipe", "dataset_size"):
         meta[key] = raw.header.get(key)
-    frame["run"] = raw.name
-    return frame, meta
+    return cols, meta
 
 
-def _resolve_setting(raw: _RawRun, frame: pd.DataFrame, key: str, override: int | None, notes: _Notes):
+def _derived_tokens(step: np.ndarray, lengths: np.ndarray | None, per_step: float) -> np.ndarray:
+    """Cumulative generated tokens from the mean response length of every training step, when no step
+    from 1 on is missing (else unknown, NaN); 0 at step 0."""
+    tokens = np.full(len(step), np.nan)
+    if lengths is None:
+        return tokens
+    train = step >= 1
+    seen = step[train]
+    if len(seen) and not np.isnan(lengths[train]).any() and np.array_equal(seen, np.arange(1, len(seen) + 1)):
+        tokens[train] = np.cumsum(lengths[train] * per_step)
+        tokens[step == 0] = 0.0
+    return tokens
+
+
+def _resolve_setting(raw: _RawRun, cols: dict[str, np.ndarray], key: str, override: int | None, notes: _Notes):
     """n or b_problem for one run, and where it came from: the log, --n/--b-problem, hydra, the name."""
     flag = "--n" if key == "n" else "--b-problem"
-    if key in frame and frame[key].notna().any():
-        values = frame[key].dropna().unique()
-        if len(values) > 1:
-            first = frame.loc[frame[key].notna(), ["step", key]]
-            changed = first[first[key] != first[key].iloc[0]].iloc[0]
+    logged = cols[key][~np.isnan(cols[key])] if key in cols else np.array([])
+    if len(logged):
+        if np.any(logged != logged[0]):
+            steps = cols["step"][~np.isnan(cols[key])]
+            at = int(np.flatnonzero(logged != logged[0])[0])
             raise ScalingError(
-                f"{raw.name}: {key} changes mid-run ({first[key].iloc[0]:g} at step {first['step'].iloc[0]:g}, "
-                f"{changed[key]:g} at step {changed['step']:g}); the fit needs one {key} per run: split the log"
+                f"{raw.name}: {key} changes mid-run ({logged[0]:g} at step {steps[0]:g}, "
+                f"{logged[at]:g} at step {steps[at]:g}); the fit needs one {key} per run: split the log"
             )
-        value, source = values[0], "log"
+        value, source = logged[0], "log"
     elif raw.header.get(key) is not None:
         value, source = raw.header[key], "header"
     elif override is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -31,10 +32,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from verl_isocompute import atomic
-from verl_isocompute.scaling.curve import Curve
+from verl_isocompute.scaling.curve import CURVE_FILE, STALE_CURVE_FILE, Curve
 from verl_isocompute.scaling.fit import FrontierFit
 
-CURVE_FILE = "curve.json"
 FRONTIER_FILE = "frontier.csv"
 RECORDS_FILE = "records.csv"
 FITS_FILE = "fits.csv"
@@ -50,8 +50,10 @@ def write_outputs(
 ) -> list[Path]:
     """Write every output of a fit into ``out_dir`` atomically; returns the paths written.
 
-    Without a fitted curve (``result.curve is None``) no ``curve.json`` is written and an existing one
-    is left as it was (the report says so).
+    Without a fitted curve (``result.curve is None``) no ``curve.json`` is written and an existing one,
+    which describes other runs, is renamed ``curve.stale.json`` (the report says so), so that a later
+    ``isocompute allocate`` of this directory's ``curve.json`` stops with a message naming it instead of
+    using it unknowingly.
     """
     from verl_isocompute.scaling import compare as cmp
     from verl_isocompute.scaling.plots import plot_frontier, save_plots
@@ -81,6 +83,9 @@ def write_outputs(
             report += "\n".join(_compare_section(comparison[1])) + "\n"
         (staging / REPORT_FILE).write_text(report)
         written = [out_dir / path.name for path in sorted(staging.iterdir())]
+    if stale_curve:
+        os.replace(out_dir / CURVE_FILE, out_dir / STALE_CURVE_FILE)
+        written.append(out_dir / STALE_CURVE_FILE)
     return written
 
 
@@ -107,7 +112,11 @@ def render_report(
     else:
         lines += [f"**No n*(C) curve was fitted**: {result.no_curve_reason}. The frontier below is complete.", ""]
         if stale_curve:
-            lines += [f"An older `{CURVE_FILE}` in this directory was left as it was; it does not describe these runs.", ""]
+            lines += [
+                (f"An older `{CURVE_FILE}` in this directory does not describe these runs: it was renamed "
+                 f"`{STALE_CURVE_FILE}`, and `isocompute allocate` of `{CURVE_FILE}` here now says so."),
+                "",
+            ]
     if command:
         lines += [f"Command: `{command}`", ""]
     n_values = sorted(int(n) for n in fr.points["n"].unique())

@@ -24,7 +24,7 @@ n and B_problem come from the wandb config (``actor_rollout_ref.rollout.n``, ``d
 the keys verl's config logs) into the run's header; tensorboard logs carry no config, so records.py
 takes them from ``--n``/``--b-problem``, a ``.hydra/config.yaml`` nearby or the run name
 (``..._n16_bp32``). Our trainer's compute counters reach verl's loggers as ``isocompute/rollouts`` and
-``isocompute/tokens``; they become the ``rollouts`` and ``tokens`` columns (:func:`compute_columns`, also
+``isocompute/tokens``; they become the ``rollouts`` and ``tokens`` columns (:func:`compute_names`, also
 applied to verl's file logger). Pure: no verl, no torch.
 """
 
@@ -36,6 +36,7 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
@@ -102,17 +103,18 @@ def run_in_dir(folder: Path, filenames: list[str]) -> str | None:
 def read(path: Path, fmt: str) -> SourceRun:
     """Read one run (a run directory, or one of its files) in format ``fmt`` (wandb | tensorboard)."""
     run = _read_tensorboard(path) if fmt == TENSORBOARD else _read_wandb(path)
-    frame = compute_columns(run.frame)
+    frame = run.frame.rename(columns=compute_names(run.frame.columns))
     if "step" not in frame or frame.empty:
         raise ScalingError(f"{path}: no logged steps found in this {fmt} run")
     run.frame = frame.sort_values("step", kind="stable").reset_index(drop=True)
     return run
 
 
-def compute_columns(frame: pd.DataFrame) -> pd.DataFrame:
+def compute_names(keys: Iterable[str]) -> dict[str, str]:
     """Our trainer's counters as verl's loggers name them (``isocompute/rollouts``, ``isocompute/tokens``)
-    become the ``rollouts`` / ``tokens`` columns, unless the log has those already."""
-    return frame.rename(columns={k: v for k, v in COMPUTE_ALIASES.items() if v not in frame})
+    -> the ``rollouts`` / ``tokens`` columns they become, unless the log (``keys``) has those already."""
+    keys = set(keys)
+    return {k: v for k, v in COMPUTE_ALIASES.items() if k in keys and v not in keys}
 
 
 def _shown(path: Path) -> str:
