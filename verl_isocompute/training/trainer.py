@@ -40,6 +40,7 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from verl_isocompute.guided.metrics import guided_metrics
 from verl_isocompute.runlog import RunLogWriter
 from verl_isocompute.training import metrics as iso_metrics
 from verl_isocompute.training.advantage import estimator_context
@@ -70,6 +71,7 @@ RUN_LOG_METRICS = (
     "isocompute/singleton_rows", "isocompute/evicted_groups", "isocompute/evicted_rollouts",
     "isocompute/reg_entropy_mean", "isocompute/reg_kl_mean", "isocompute/reg_token_share", "isocompute/reg_seq_share",
     "training/rollout_probs_diff_max", "response_length/mean",
+    "isocompute/guided_rows", "isocompute/unguided_rows", "isocompute/guided/train_acc", "isocompute/unguided/train_acc",
 )
 
 
@@ -209,7 +211,7 @@ class IsoComputeTrainer(PPOTrainerSync):
         with estimator_context(real=real, n_train=self.n_train, seed=seed):
             batch = super()._compute_advantage(batch, metrics)
 
-        fields = ["uid", "response_mask", "loss_mask", "rm_scores", "extra_fields"]
+        fields = ["uid", "response_mask", "loss_mask", "rm_scores", "extra_fields", "extra_info"]
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         nested_mask = data["response_mask"]  # after verl's rollout rejection sampling, if any
         response_mask = nested_mask.to_padded_tensor(0)
@@ -218,6 +220,7 @@ class IsoComputeTrainer(PPOTrainerSync):
         uids = np.array(data.pop("uid").tolist(), dtype=object)
         acc = accuracy(data.pop("extra_fields").tolist(), scores.tolist())
         masks = step_masks(uids, acc, real, self.zero_var_mode, self.n_train, seed)
+        metrics.update(guided_metrics(data.pop("extra_info").tolist(), acc, real))  # guided rows: docs/GUIDED.md
 
         # Compute spent: every sampled rollout (all n_est under the decoupled baseline) and its tokens.
         self._step_info = {"rollouts": int(real.sum()), "tokens": int(loss_mask.sum(dim=-1)[torch.from_numpy(real)].sum())}
