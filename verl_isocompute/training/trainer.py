@@ -23,6 +23,8 @@ On top of ``PPOTrainerSync`` it:
   validation sample counting as a wrong one (:mod:`verl_isocompute.training.metrics`), overall and per data
   source, and the per-problem training pass-rate distribution of each epoch (the paper's interference
   diagnostic);
+- on a guided dataset (rows marked ``extra_info.guided``, docs/GUIDED.md), logs the training accuracy of
+  guided and unguided rows apart (:func:`verl_isocompute.guided.metrics.guided_metrics`);
 - writes the run log ``<isocompute.run_dir>/isocompute.jsonl`` (:mod:`verl_isocompute.runlog`): a header,
   then one row per step (a step-0 row carries the validation before training). A run resumed from a
   checkpoint continues C and tokens from the log and drops rows past the resumed step.
