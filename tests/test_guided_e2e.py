@@ -73,7 +73,7 @@ def dumped_rows(dump: Path) -> list[dict]:
 def test_prompts_hold_the_prefix_and_masks_cover_only_the_response(guided_run, tiny_model_path):
     from transformers import AutoTokenizer
 
-    run, problems, dump = guided_run
+    _, problems, dump = guided_run
     tok = AutoTokenizer.from_pretrained(tiny_model_path)
     originals = {i["index"]: list(p) for i, p in zip(problems["extra_info"], problems["prompt"], strict=True)}
 
@@ -103,7 +103,7 @@ def test_prompts_hold_the_prefix_and_masks_cover_only_the_response(guided_run, t
 
 
 def test_validation_sees_only_unguided_problems(guided_run):
-    run, problems, _ = guided_run
+    run, _, _ = guided_run
     samples = [json.loads(x) for f in sorted((run.run_dir / "validation").glob("*.jsonl")) for x in f.read_text().splitlines()]
     assert samples
     for s in samples:  # every guided prompt holds "Step 1: read problem" (test_prompts_hold_the_prefix...)
