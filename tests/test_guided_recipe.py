@@ -73,3 +73,4 @@ def test_guided_metrics_split_accuracy_and_skip_padding():
         "isocompute/unguided_rows": 2, "isocompute/unguided/train_acc": 0.0,
     }
     assert guided_metrics([{"index": 1}, None], acc[:2], real[:2]) == {}  # an unguided dataset: no metrics
+    assert guided_metrics([], acc, real) == {}  # no extra_info in the batch at all

@@ -222,7 +222,8 @@ class IsoComputeTrainer(PPOTrainerSync):
         uids = np.array(data.pop("uid").tolist(), dtype=object)
         acc = accuracy(data.pop("extra_fields").tolist(), scores.tolist())
         masks = step_masks(uids, acc, real, self.zero_var_mode, self.n_train, seed)
-        metrics.update(guided_metrics(data.pop("extra_info").tolist(), acc, real))  # guided rows: docs/GUIDED.md
+        infos = data.pop("extra_info", None)  # absent when no row carries one
+        metrics.update(guided_metrics([] if infos is None else infos.tolist(), acc, real))  # guided rows: docs/GUIDED.md
 
         # Compute spent: every sampled rollout (all n_est under the decoupled baseline) and its tokens.
         self._step_info = {"rollouts": int(real.sum()), "tokens": int(loss_mask.sum(dim=-1)[torch.from_numpy(real)].sum())}
