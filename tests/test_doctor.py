@@ -28,7 +28,7 @@ def test_healthy_install():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert all(line.startswith("ok ") for line in lines) and len(lines) == 5
-    assert "6 registrations visible" in proc.stdout and "collectives=gloo" in proc.stdout
+    assert "7 registrations visible" in proc.stdout and "collectives=gloo" in proc.stdout
 
 
 def test_plugin_disabled_names_the_variable():

@@ -110,3 +110,14 @@ def test_plugin_entry_point_is_declared():
 @pytest.mark.parametrize("module", ["verl", "verl.trainer.ppo.core_algos", "verl.workers.engine_workers"])
 def test_verl_modules_import(module):
     __import__(module)
+
+
+def test_single_turn_loop_builds_its_prompt_through_one_overridable_method():
+    # verl_isocompute.guided.agent_loop overrides only ct_build_initial_tokens: run() must call it and take
+    # everything before the generated tokens as the prompt.
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry, register  # noqa: F401
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
+    run = _source(SingleTurnAgentLoop.run)
+    assert "self.ct_build_initial_tokens(" in run and "ct_merge_assistant_token(" in run
+    assert "prompt_ids = merge_result.token_ids[: len(merge_result.token_ids) - len(response_mask)]" in run

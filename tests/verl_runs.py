@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -35,9 +36,10 @@ class Run:
         return self._jsonl("isocompute.jsonl")
 
 
-def run_recipe(recipe: str, run_dir: Path, *overrides: str, timeout: int = 900) -> Run:
-    """Run ``recipe`` on CPU with the tiny model; fail the test with the run's output on a non-zero exit."""
+def run_recipe(recipe: str, run_dir: Path, *overrides: str, timeout: int = 900, env: dict | None = None) -> Run:
+    """Run ``recipe`` on CPU with the tiny model; fail the test with the run's output on a non-zero exit.
+    ``env``: extra environment variables for the run (and its Ray workers, which inherit them)."""
     cmd = [sys.executable, "-m", "verl_isocompute.main", "--config-name", recipe, *overrides, f"isocompute.run_dir={run_dir}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
     return Run(run_dir, proc.stdout)

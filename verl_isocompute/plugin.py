@@ -21,6 +21,7 @@ def register_all() -> None:
     from verl_isocompute.training import advantage, trainer  # noqa: F401  (the trainer registers on import)
 
     advantage.register()
+    from verl_isocompute.guided import agent_loop  # noqa: F401  (registers the assistant-placement agent loop)
 
 
 register_all()

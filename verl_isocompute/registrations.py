@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
+from verl_isocompute.guided.placement import PREFIX_AGENT
 from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, GRPO_ESTIMATOR, TRAINER
 
 
@@ -26,6 +27,7 @@ EXPECTED: dict[str, Callable[[], bool]] = {
         for name in (GRPO_ESTIMATOR, DECOUPLED_ESTIMATOR)
     },
     f"trainer {TRAINER}": lambda: TRAINER in _attr("verl.trainer.ppo.v1.trainer_base", "TRAINER_REGISTRY"),
+    f"agent loop {PREFIX_AGENT}": lambda: PREFIX_AGENT in _attr("verl.experimental.agent_loop.agent_loop", "_agent_loop_registry"),
 }
 
 

@@ -8,6 +8,7 @@ outside ``hydra.main`` with :func:`compose_recipe`). What :func:`prepare` resolv
 - the model: ``isocompute.model=smollm2|tiny`` builds (once) and uses a built-in model; otherwise
   ``actor_rollout_ref.model.path`` is checked to be a usable local checkpoint with a chat template;
 - the data: ``isocompute.data.source=arithmetic`` generates the seeded demo problem set;
+  ``isocompute.guided.enable`` mixes guided copies of the training problems in (docs/GUIDED.md);
 - the allocation hook (``isocompute.allocation.enable``): a budget becomes ``rollout.n``,
   ``data.train_batch_size``, steps and lr (:func:`verl_isocompute.training.allocation_hook.apply_allocation`);
 - the learning rate (``isocompute.lr``): lr = base_lr * sqrt(B / b_ref), B = B_problem * n (n_train under
@@ -103,6 +104,16 @@ def prepare_data(cfg: DictConfig) -> None:
     with open_dict(cfg):
         cfg.data.train_files = str(train)
         cfg.data.val_files = str(val)
+
+
+def prepare_guided_data(cfg: DictConfig) -> None:
+    """``isocompute.guided``: the training files become a guided mixture (before the dataset is counted)."""
+    from verl_isocompute.guided.recipe import prepare_guided
+
+    try:
+        prepare_guided(cfg)
+    except ValueError as exc:
+        raise RecipeError(str(exc)) from None
 
 
 def prepare_run_dir(cfg: DictConfig) -> Path:
@@ -248,6 +259,7 @@ def prepare(cfg: DictConfig, explicit_keys: set[str] | None = None) -> DictConfi
     prepare_platform(cfg)
     prepare_model(cfg)
     prepare_data(cfg)
+    prepare_guided_data(cfg)
     # The allocation sets n, B_problem and the lr through the same LR rule; otherwise the rule runs here.
     # The warm-up schedule is written either way.
     allocated = prepare_allocation(cfg, explicit_keys)

@@ -23,6 +23,8 @@ On top of ``PPOTrainerSync`` it:
   validation sample counting as a wrong one (:mod:`verl_isocompute.training.metrics`), overall and per data
   source, and the per-problem training pass-rate distribution of each epoch (the paper's interference
   diagnostic);
+- on a guided dataset (rows marked ``extra_info.guided``, docs/GUIDED.md), logs the training accuracy of
+  guided and unguided rows apart (:func:`verl_isocompute.guided.metrics.guided_metrics`);
 - writes the run log ``<isocompute.run_dir>/isocompute.jsonl`` (:mod:`verl_isocompute.runlog`): a header,
   then one row per step (a step-0 row carries the validation before training). A run resumed from a
   checkpoint continues C and tokens from the log and drops rows past the resumed step.
@@ -40,6 +42,7 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from verl_isocompute.guided.metrics import guided_metrics
 from verl_isocompute.runlog import RunLogWriter
 from verl_isocompute.training import metrics as iso_metrics
 from verl_isocompute.training.advantage import estimator_context
@@ -70,6 +73,7 @@ RUN_LOG_METRICS = (
     "isocompute/singleton_rows", "isocompute/evicted_groups", "isocompute/evicted_rollouts",
     "isocompute/reg_entropy_mean", "isocompute/reg_kl_mean", "isocompute/reg_token_share", "isocompute/reg_seq_share",
     "training/rollout_probs_diff_max", "response_length/mean",
+    "isocompute/guided_rows", "isocompute/unguided_rows", "isocompute/guided/train_acc", "isocompute/unguided/train_acc",
 )
 
 
@@ -209,7 +213,7 @@ class IsoComputeTrainer(PPOTrainerSync):
         with estimator_context(real=real, n_train=self.n_train, seed=seed):
             batch = super()._compute_advantage(batch, metrics)
 
-        fields = ["uid", "response_mask", "loss_mask", "rm_scores", "extra_fields"]
+        fields = ["uid", "response_mask", "loss_mask", "rm_scores", "extra_fields", "extra_info"]
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         nested_mask = data["response_mask"]  # after verl's rollout rejection sampling, if any
         response_mask = nested_mask.to_padded_tensor(0)
@@ -218,6 +222,8 @@ class IsoComputeTrainer(PPOTrainerSync):
         uids = np.array(data.pop("uid").tolist(), dtype=object)
         acc = accuracy(data.pop("extra_fields").tolist(), scores.tolist())
         masks = step_masks(uids, acc, real, self.zero_var_mode, self.n_train, seed)
+        infos = data.pop("extra_info", None)  # absent when no row carries one
+        metrics.update(guided_metrics([] if infos is None else infos.tolist(), acc, real))  # guided rows: docs/GUIDED.md
 
         # Compute spent: every sampled rollout (all n_est under the decoupled baseline) and its tokens.
         self._step_info = {"rollouts": int(real.sum()), "tokens": int(loss_mask.sum(dim=-1)[torch.from_numpy(real)].sum())}

@@ -1,0 +1,128 @@
+"""Guided rows next to the originals (verl_isocompute.guided.placement) and the assistant-placement agent loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from verl_isocompute.guided import placement as G
+
+SOLUTION = "Let x = 3.\nThen 2x = 6.\nAdd 1: 7.\nCheck: 7 - 1 = 6.\nSo 2x + 1 = 7.\nThe answer is \\boxed{7}.\n"
+
+
+def frame(n: int = 8, bad: dict[int, object] | None = None) -> pd.DataFrame:
+    bad = bad or {}
+    rows = [
+        {
+            "data_source": "t",
+            "prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"Problem {i}?"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": "7"},
+            "extra_info": {"index": i, "solution": bad.get(i, SOLUTION)},
+        }
+        for i in range(n)
+    ]
+    return pd.DataFrame(rows)
+
+
+def guided_rows(df: pd.DataFrame) -> pd.DataFrame:
+    return df[[info["guided"] for info in df["extra_info"]]]
+
+
+def test_user_placement_pope_one_to_one():
+    result = G.guided_dataset(frame(), "extra_info.solution", placement=G.USER)
+    df = result.frame
+    assert (result.unguided, result.guided, len(df)) == (8, 8, 16)
+    originals, guided = df.iloc[:8], guided_rows(df)
+    assert [r["prompt"][-1]["content"] for r in originals.to_dict("records")] == [f"Problem {i}?" for i in range(8)]
+    assert all(not info["guided"] and info["prefix_fraction"] == 0 for info in originals["extra_info"])
+    for row in guided.to_dict("records"):
+        info, turns = row["extra_info"], row["prompt"]
+        assert info["placement"] == G.USER and 0 < info["prefix_fraction"] <= 0.25
+        assert [t["role"] for t in turns] == ["system", "user"]  # the prefix is context in the user turn
+        assert turns[-1]["content"] == f"Problem {info['index']}?\n\n{G.CONTINUE_INSTRUCTION}\n\n{info['guide_prefix']}"
+        assert SOLUTION.startswith(info["guide_prefix"])
+    assert "agent_name" not in df.columns  # verl's default loop for every row
+
+
+def test_assistant_placement_names_our_agent_loop():
+    df = G.guided_dataset(frame(), "extra_info.solution", placement=G.ASSISTANT).frame
+    for row in df.to_dict("records"):
+        if row["extra_info"]["guided"]:
+            assert row["agent_name"] == G.PREFIX_AGENT
+            assert row["prompt"][-1] == {"role": "assistant", "content": row["extra_info"]["guide_prefix"]}
+            assert row["prompt"][-2]["content"] == f"Problem {row['extra_info']['index']}?"  # user turn untouched
+        else:
+            assert row["agent_name"] == G.DEFAULT_AGENT and row["prompt"][-1]["role"] == "user"
+
+
+def test_ratio_and_skipped_problems():
+    df = frame(10, bad={0: None, 1: 12, 2: "one line only"})
+    result = G.guided_dataset(df, "extra_info.solution", ratio=0.5, seed=1)
+    assert (result.eligible, result.wanted, result.guided) == (7, 5, 5)
+    assert result.skipped == {"missing": 1, "not_text": 1, "one_step": 1}
+    assert {i["index"] for i in guided_rows(result.frame)["extra_info"]} <= set(range(3, 10))
+    short = G.guided_dataset(df, "extra_info.solution", ratio=1.0)
+    assert short.guided == 7 and "only 7 problems have a usable prefix" in short.summary()
+    again = G.guided_dataset(df, "extra_info.solution", ratio=0.5, seed=1)
+    assert list(again.frame["extra_info"]) == list(result.frame["extra_info"])  # seeded draw
+
+
+def test_missing_column_skips_everything_without_crashing():
+    result = G.guided_dataset(frame(4), "extra_info.no_such_key")
+    assert result.guided == 0 and result.skipped == {"missing": 4} and len(result.frame) == 4
+
+
+@pytest.mark.parametrize(("kw", "match"), [({"placement": "system"}, "placement"), ({"ratio": 2}, "ratio"), ({"ratio": 0}, "ratio")])
+def test_bad_options_name_the_option(kw, match):
+    with pytest.raises(ValueError, match=match):
+        G.guided_dataset(frame(2), "extra_info.solution", **kw)
+
+
+def test_parquet_round_trip_keeps_prompts_and_marks(tmp_path):
+    frame(6).to_parquet(tmp_path / "train.parquet")
+    result = G.write_guided(tmp_path / "train.parquet", tmp_path / "guided.parquet", "extra_info.solution", placement=G.ASSISTANT)
+    back = pd.read_parquet(tmp_path / "guided.parquet")
+    assert len(back) == 12 and sum(i["guided"] for i in back["extra_info"]) == result.guided == 6
+    assert json.loads(json.dumps(list(back["prompt"].iloc[-1]))) == result.frame["prompt"].iloc[-1]
+
+
+# -- the agent loop of the assistant placement, with verl's own prompt builder and the tiny model's tokenizer --
+
+
+def _prefix_loop(model_path):
+    from transformers import AutoConfig, AutoTokenizer
+    from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
+
+    from verl_isocompute.guided.agent_loop import PrefixContinuationAgentLoop
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    loop = object.__new__(PrefixContinuationAgentLoop)  # only what ct_build_initial_tokens reads
+    loop.tokenizer = tokenizer
+    loop.loop = asyncio.new_event_loop()
+    loop.rollout_config = SimpleNamespace(prompt_length=512)
+    loop.continuous_token_builder = create_continuous_token_builder(tokenizer, hf_model_type=AutoConfig.from_pretrained(model_path).model_type)
+    return loop
+
+
+def test_agent_loop_prompt_is_the_unguided_prompt_plus_the_prefix(tiny_model_path):
+    loop = _prefix_loop(tiny_model_path)
+    user = [{"role": "user", "content": "Calculate 3 + 4."}]
+    prefix = "We add 3 and 4.\n"
+    build = loop.ct_build_initial_tokens
+    unguided = loop.loop.run_until_complete(_base(loop, user))
+    guided = loop.loop.run_until_complete(build(G.assistant_turn(user, prefix)))
+    assert guided == unguided + loop.tokenizer.encode(prefix, add_special_tokens=False)
+    assert loop.tokenizer.decode(guided).endswith(prefix)
+    with pytest.raises(ValueError, match="assistant message to continue"):
+        loop.loop.run_until_complete(build(user))
+
+
+async def _base(loop, messages):
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
+    return await SingleTurnAgentLoop.ct_build_initial_tokens(loop, messages)

@@ -1,0 +1,53 @@
+"""Mix guided copies of hard problems into a training set: oracle-solution prefixes as context.
+
+POPE (arXiv 2601.18779): ``--placement user`` puts the first part of the problem's reference solution into
+the user turn with an instruction to continue it. PrefixRL (arXiv 2601.18795): ``--placement assistant``
+makes it the start of the assistant turn, continued by the policy (our agent loop keeps it in the prompt).
+In both the prefix is context, never a training target. The output holds every original row plus
+``--ratio`` x as many guided rows (1:1 by default, as in POPE), marked in ``extra_info`` (guided,
+prefix_fraction, placement, guide_prefix). Train on it with ``data.train_files=OUT``; keep validation on
+the unguided set. Problems whose solution is missing or has no usable prefix are skipped and counted.
+
+Exit status: 0 written; 2 bad input (nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from verl_isocompute.guided.placement import PLACEMENTS
+from verl_isocompute.guided.recipe import GuideOptions, write_mixture
+
+DEFAULTS = GuideOptions()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("train", nargs="+", type=Path, metavar="TRAIN", help="training parquet file(s) in verl's RL format")
+    parser.add_argument("--out", "-o", required=True, type=Path, help="the guided training parquet to write")
+    parser.add_argument("--solution-key", default=DEFAULTS.solution_key,
+                        help=f"column (or dotted path into one) with the oracle solution (default {DEFAULTS.solution_key})")
+    parser.add_argument("--placement", choices=PLACEMENTS, default=DEFAULTS.placement,
+                        help="user: POPE's user-turn prefix; assistant: PrefixRL's assistant-turn prefix (default user)")
+    parser.add_argument("--ratio", type=float, default=DEFAULTS.ratio, help="guided rows per original row, in (0, 1] (default 1: POPE's 1:1)")
+    parser.add_argument("--fraction", type=float, default=DEFAULTS.fraction,
+                        help="prefix length as a share of the solution's characters, cut at a line/sentence end (default 0.25)")
+    parser.add_argument("--max-fraction", type=float, default=DEFAULTS.max_fraction,
+                        help="cap on the prefix share (default 0.25, POPE's quarter)")
+    parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="which problems are guided when ratio < 1 (default 0)")
+
+
+def run(args: argparse.Namespace) -> int:
+    missing = [str(p) for p in args.train if not p.is_file()]
+    if missing:
+        print(f"isocompute guide: error: {', '.join(missing)} not found; pass training parquet files", file=sys.stderr)
+        return 2
+    options = GuideOptions(args.solution_key, args.placement, args.ratio, args.fraction, args.max_fraction, args.seed)
+    try:
+        result = write_mixture([str(p) for p in args.train], args.out, options)
+    except ValueError as exc:
+        print(f"isocompute guide: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}: {result.summary()}")
+    return 0

@@ -1,0 +1,43 @@
+"""The agent loop of the ``assistant`` placement (PrefixRL, arXiv 2601.18795): continue a given assistant turn.
+
+A guided row's prompt ends with an assistant message holding the oracle prefix
+(:func:`verl_isocompute.guided.placement.assistant_turn`) and names this loop in its ``agent_name`` column,
+so verl picks it per sample; unguided rows of the same batch keep verl's ``single_turn_agent``.
+
+verl's single-turn loop renders the messages with the generation prompt and samples the response; its
+prompt/response split is what the trainer turns into ``prompts``/``responses`` and ``response_mask``. This
+loop changes only the rendering: the messages *before* the prefix are rendered exactly as for an unguided
+row (verl's Continuous Token builder, generation prompt included), then the prefix's tokens are appended to
+those *prompt* ids. The policy's sample continues the assistant turn, and everything after the split is
+its own: the prefix never enters ``responses``, ``response_mask``, the loss, the old/reference log-probs or
+the TIS weights. (The chat template's ``continue_final_message`` would render the same text, but through a
+separate code path than verl's builder for unguided rows; appending keeps guided = unguided prompt + prefix.)
+
+The prefix is tokenised alone (no special tokens). Prefixes end at a line boundary
+(:mod:`verl_isocompute.guided.prefixes`), where tokenisers do not merge across, so these are the tokens the
+prefix has inside the full solution. The reward sees the response only (the continuation), which is where
+the final answer of a capped prefix is.
+"""
+
+from __future__ import annotations
+
+from verl.experimental.agent_loop.agent_loop import register
+from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
+from verl_isocompute.guided.placement import PREFIX_AGENT
+
+
+@register(PREFIX_AGENT)
+class PrefixContinuationAgentLoop(SingleTurnAgentLoop):
+    """verl's single-turn loop, continuing the prompt's final assistant message instead of opening a new one."""
+
+    async def ct_build_initial_tokens(self, messages: list[dict], tools: list[dict] | None = None, **mm) -> list[int]:
+        if not messages or messages[-1].get("role") != "assistant":
+            raise ValueError(
+                f"agent_name={PREFIX_AGENT} needs a prompt ending with the assistant message to continue "
+                f"(got role {messages[-1].get('role') if messages else None!r}); write the dataset with "
+                "verl_isocompute.guided.placement (placement='assistant')"
+            )
+        prompt_ids = await super().ct_build_initial_tokens(messages[:-1], tools=tools, **mm)
+        prefix_ids = self.tokenizer.encode(messages[-1]["content"], add_special_tokens=False)
+        return self._cap_text_prompt_length(list(prompt_ids) + list(prefix_ids))
