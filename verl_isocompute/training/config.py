@@ -30,7 +30,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl_isocompute.runlog import VERL_METRICS
 from verl_isocompute.training import resolvers
-from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, ESTIMATORS
+from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
+from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, ESTIMATORS, TRAINER
 
 resolvers.register()  # before any recipe is composed: the recipes interpolate them
 
@@ -120,6 +121,19 @@ def check_group_size(cfg: DictConfig) -> None:
         )
 
 
+def check_warmup_schedule(cfg: DictConfig) -> None:
+    """verl's optimizer schedule must run update k at lr * min(1, k / lr_warmup_steps): the isocompute trainer
+    logs that rate, so another schedule would be misreported (:data:`~verl_isocompute.training.lr.VERL_WARMUP_SCHEDULE`)."""
+    optim = cfg.actor_rollout_ref.actor.optim
+    for key, wanted in VERL_WARMUP_SCHEDULE.items():
+        if optim.get(key) != wanted:
+            raise RecipeError(
+                f"actor_rollout_ref.actor.optim.{key}={_show(optim.get(key))}: the isocompute trainer runs update k at "
+                f"lr * min(1, k / lr_warmup_steps), which needs {key}={_show(wanted)} "
+                "(our recipes set it; on your own config add `+isocompute=[lr_rule,run_log]`)"
+            )
+
+
 def _resolve(cfg: DictConfig) -> None:
     """Resolve every interpolation in place; a resolver's error becomes one RecipeError line."""
     from omegaconf.errors import InterpolationResolutionError
@@ -184,6 +198,8 @@ def prepare(cfg: DictConfig) -> DictConfig:
     prepare_model(cfg)
     prepare_data(cfg)
     check_group_size(cfg)
+    if cfg.trainer.v1.trainer_mode == TRAINER:
+        check_warmup_schedule(cfg)
     report_allocation(cfg)
     report_lr(cfg)
     prepare_run_dir(cfg)

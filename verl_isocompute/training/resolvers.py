@@ -167,14 +167,23 @@ def check_allocation_keys(cfg: DictConfig, chosen) -> None:
         raise AllocationError(
             f"{CONFIG_PATH}.enable=true decides these keys, but the config or the command line sets them: "
             f"{'; '.join(conflicts)}. Drop those settings, or set {CONFIG_PATH}.enable=false"
+            + (" (override_user applies to the Python hook apply_allocation only)" if _select(cfg, f"{CONFIG_PATH}.override_user") else "")
         )
 
 
-def _allocation(key: str, default: Any = None, *, _root_: DictConfig) -> Any:
+_NO_DEFAULT = object()
+
+
+def _allocation(key: str, default: Any = _NO_DEFAULT, *, _root_: DictConfig) -> Any:
     if key not in ALLOCATION_KEYS:
         raise ValueError(f"${{isocompute.allocation:{key},...}}: use one of {', '.join(ALLOCATION_KEYS)}")
     chosen = allocation(_root_)
     if chosen is None:
+        if default is _NO_DEFAULT:
+            raise ValueError(
+                f"isocompute.allocation.enable=false, but the allocation piece replaced {ALLOCATION_KEYS[key]}: "
+                f"set {ALLOCATION_KEYS[key]} on the command line, or drop the piece"
+            )
         return default
     from verl_isocompute.training.allocation_hook import verl_values
 

@@ -45,7 +45,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl_isocompute.runlog import VERL_METRICS, RunLogWriter
 from verl_isocompute.training import metrics as iso_metrics
 from verl_isocompute.training.advantage import estimator_context
-from verl_isocompute.training.config import check_group_size, lr_from_rule
+from verl_isocompute.training.config import check_group_size, check_warmup_schedule, lr_from_rule
 from verl_isocompute.training.lr import (
     VERL_WARMUP_SCHEDULE,
     lr_for_update,
@@ -125,14 +125,7 @@ class IsoComputeTrainer(PPOTrainerSync):
                 f"the isocompute trainer makes one actor update per step: set trainer.critic_warmup=0 (got "
                 f"{config.trainer.critic_warmup}) and parameter_sync_step=1 (got {sync_step})"
             )
-        optim = config.actor_rollout_ref.actor.optim
-        for key, wanted in VERL_WARMUP_SCHEDULE.items():
-            if optim.get(key) != wanted:
-                raise ValueError(
-                    f"actor_rollout_ref.actor.optim.{key}={optim.get(key)}: the isocompute trainer runs update k at "
-                    f"lr * min(1, k / lr_warmup_steps), which needs {key}={wanted} "
-                    "(our recipes set it; on your own config add `+isocompute=[lr_rule,run_log]`)"
-                )
+        check_warmup_schedule(config)
         actor = config.actor_rollout_ref.actor
         # The kept-sequence count is per step: the seq-mean normaliser can use it only if a step is one mini-batch.
         self.one_mini_batch = int(actor.ppo_mini_batch_size) == self.b_problem
