@@ -103,13 +103,12 @@ def allocation(cfg: DictConfig):
 def lr_decision(cfg: DictConfig):
     """The LRDecision of the recipe for this config: the allocation's when enabled, else the rule at the
     config's B_problem and n; ``isocompute.lr.rule=null`` is base_lr at any batch."""
+    from verl_isocompute.training.allocation_hook import decoupled_n_train
     from verl_isocompute.training.lr import BASE_LR, B_REF, WARMUP_STEPS, LRDecision, resolve_lr
-    from verl_isocompute.training.names import DECOUPLED_ESTIMATOR
 
     b_problem = int(_select(cfg, "data.train_batch_size"))
     n = int(_select(cfg, "actor_rollout_ref.rollout.n"))
-    decoupled = _select(cfg, "algorithm.adv_estimator") == DECOUPLED_ESTIMATOR
-    n_train = _select(cfg, "isocompute.decoupled.n_train") if decoupled else None
+    n_train = decoupled_n_train(cfg)  # an error naming the key when the decoupled baseline lacks it
     chosen = allocation(cfg)
     if chosen is not None:
         from verl_isocompute.training.allocation_hook import allocation_settings
