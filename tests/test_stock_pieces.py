@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 
 import pytest
+import verl  # noqa: F401  (loads our plugin: resolvers and search path, as in main_ppo)
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-import verl  # noqa: F401  (loads our plugin: resolvers and search path, as in main_ppo)
 from verl_isocompute.training.config import RecipeError, check_warmup_schedule
 from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
 

@@ -85,7 +85,11 @@ def allocation(cfg: DictConfig):
     """The allocation an enabled ``isocompute.allocation`` block decides for this config (None if disabled)."""
     from verl_isocompute.scaling.allocation import AllocationError, allocate_config
     from verl_isocompute.scaling.curve import CurveError
-    from verl_isocompute.training.allocation_hook import CONFIG_PATH, allocation_settings, decoupled_n_train
+    from verl_isocompute.training.allocation_hook import (
+        CONFIG_PATH,
+        allocation_settings,
+        decoupled_n_train,
+    )
 
     if not allocation_enabled(cfg):
         return None
@@ -104,7 +108,13 @@ def lr_decision(cfg: DictConfig):
     """The LRDecision of the recipe for this config: the allocation's when enabled, else the rule at the
     config's B_problem and n; ``isocompute.lr.rule=null`` is base_lr at any batch."""
     from verl_isocompute.training.allocation_hook import decoupled_n_train
-    from verl_isocompute.training.lr import BASE_LR, B_REF, WARMUP_STEPS, LRDecision, resolve_lr
+    from verl_isocompute.training.lr import (
+        B_REF,
+        BASE_LR,
+        WARMUP_STEPS,
+        LRDecision,
+        resolve_lr,
+    )
 
     b_problem = int(_select(cfg, "data.train_batch_size"))
     n = int(_select(cfg, "actor_rollout_ref.rollout.n"))

@@ -45,7 +45,11 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl_isocompute.runlog import VERL_METRICS, RunLogWriter
 from verl_isocompute.training import metrics as iso_metrics
 from verl_isocompute.training.advantage import estimator_context
-from verl_isocompute.training.config import check_group_size, check_warmup_schedule, lr_from_rule
+from verl_isocompute.training.config import (
+    check_group_size,
+    check_warmup_schedule,
+    lr_from_rule,
+)
 from verl_isocompute.training.lr import (
     VERL_WARMUP_SCHEDULE,
     lr_for_update,
