@@ -12,6 +12,7 @@ from hydra import compose, initialize_config_module
 from verl_isocompute.training.config import (
     RecipeError,
     check_group_size,
+    prepare,
     prepare_model,
     prepare_platform,
 )
@@ -168,3 +169,9 @@ def test_verl_platform_cpu_in_the_environment_with_a_gpu_recipe_is_refused(monke
     cfg = compose_recipe("isocompute_hard")  # a GPU recipe: vLLM rollout
     with pytest.raises(RecipeError, match="rollout.name=vllm needs a GPU.*VERL_PLATFORM=cpu.*rollout.name=hf"):
         prepare_platform(cfg)
+
+
+def test_a_resolver_error_is_one_line_naming_the_key():
+    cfg = compose_recipe("isocompute_hard")  # no model path, no data files
+    with pytest.raises(RecipeError, match=r"^actor_rollout_ref.model.path is not set: pass actor_rollout_ref.model.path=PATH"):
+        prepare(cfg)

@@ -141,8 +141,9 @@ def _resolve(cfg: DictConfig) -> None:
     try:
         OmegaConf.resolve(cfg)
     except InterpolationResolutionError as exc:
-        cause = exc.__cause__ or exc
-        raise RecipeError(str(cause).strip().splitlines()[0]) from None
+        # "ValueError raised while resolving interpolation: <our message>" -> our message
+        first = str(exc).strip().splitlines()[0]
+        raise RecipeError(first.split("raised while resolving interpolation: ", 1)[-1]) from None
 
 
 def report_allocation(cfg: DictConfig) -> None:
