@@ -42,7 +42,8 @@ def test_fit_writes_every_output(sweep_dir, tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 0, captured.err
     names = {p.name for p in out.iterdir()}
-    assert names == {"curve.json", "frontier.csv", "records.csv", "fits.csv", "report.md", "frontier.png", "n_star.png"}
+    assert names == {"curve.json", "frontier.csv", "records.csv", "fits.csv", "report.md", "frontier.png", "n_star.png",
+                     "compare.json", "compare.csv", "compare.png"}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".fit.tmp")]  # staging dir removed
 
     curve = load_curve(out / "curve.json")  # the contract's own loader accepts it

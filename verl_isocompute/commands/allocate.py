@@ -7,7 +7,9 @@
 ``--recipe NAME [KEY=VALUE ...]`` reads the recipe's ``isocompute.allocation`` block (and through it the
 LR rule of ``isocompute.lr``, and ``isocompute.decoupled.n_train`` under the decoupled baseline) exactly
 as the run's allocation hook would, so the printed lr is the one the run uses; flags given here win over
-the recipe. Errors print one line and exit with status 2; a closed pipe (``| head``) ends quietly.
+the recipe. ``--compare [n=N,N,...]`` adds what each fixed n of the fitted sweep costs at this budget
+(:mod:`verl_isocompute.scaling.compare`; needs the per-n curves `isocompute fit` stores in curve.json, which
+paper presets do not have). Errors print one line and exit with status 2; a closed pipe (``| head``) ends quietly.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from verl_isocompute.scaling.allocation import (
     allocate_config,
 )
 from verl_isocompute.scaling.curve import CurveError, preset_names
+from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.training.allocation_hook import overrides
 
 PROG = "isocompute allocate"
@@ -88,6 +91,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides of --recipe, as on the run's command line")
     parser.add_argument(
         "--format", choices=("table", "json", "overrides"), default="table", help="output format (default %(default)s)"
+    )
+    parser.add_argument(
+        "--compare", nargs="?", const="all", metavar="n=N,N,...",
+        help="also show what each fixed n of the fitted sweep (default: all) costs at this budget against the "
+             "compute-optimal n; needs a curve.json from `isocompute fit` (paper presets carry only n*(C))",
     )
 
 
@@ -161,14 +169,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings, n_train = settings_from_args(args)
         allocation = allocate_config(settings, n_train=n_train)
-    except (AllocationError, CurveError) as exc:
+        if args.compare is not None:
+            from verl_isocompute.scaling.compare import for_allocation
+
+            comparison = for_allocation(settings.curve, allocation, args.compare, args.format)
+    except (AllocationError, CurveError, ScalingError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     if args.format == "json":
-        _emit(json.dumps(allocation.to_dict(), indent=2))
+        _emit(json.dumps({**allocation.to_dict(), **({"compare": comparison} if args.compare else {})}, indent=2))
     elif args.format == "overrides":
         _emit(" ".join(overrides(allocation)))
     else:
-        _emit(_table(allocation))
+        _emit(_table(allocation) + (f"\n\n{comparison}" if args.compare else ""))
     return 0
 

@@ -1,8 +1,9 @@
 """Fit the compute-optimal frontier and the n*(C) sigmoid from run logs (arXiv 2603.12151, section 4).
 
 RUNS are run directories (holding isocompute.jsonl), log files (isocompute.jsonl, verl file-logger
-.jsonl, a wandb/tensorboard .csv export), or directories searched recursively. Writes curve.json,
-frontier.csv, records.csv, fits.csv, report.md, frontier.png and n_star.png into --out, atomically.
+.jsonl, a wandb/tensorboard .csv export), tensorboard event-file directories, wandb run directories, or
+directories searched recursively. Writes curve.json, frontier.csv, records.csv, fits.csv, report.md,
+frontier.png, n_star.png and compare.json/.csv/.png (what each fixed n costs) into --out, atomically.
 
 Exit status: 0 fitted; 1 no curve (n*(C) could not be determined or a fit did not converge: the
 message says which; with one value of n the frontier is still written); 2 bad input (nothing written).

@@ -11,7 +11,9 @@ centred at C0 and its sharpness set by k.
 Curve file (``curve.json``) contract: ``L``, ``k``, ``log10_C0``, ``b`` (numbers), ``compute_unit``
 (``rollouts`` | ``tokens``), ``metric`` (a string), ``c_range`` ([C_min, C_max] it was fitted on, or
 null), ``n_grid`` (the n values of the runs, positive integers), ``provenance`` (a JSON object: source,
-fit date, runs, ...). Optional extra keys are kept on load (``extra``). Paper presets ship as
+fit date, runs, ...). Optional extra keys are kept on load (``extra``); ``isocompute fit`` adds
+``reward_curves`` (the per-n reward curves and their C ranges, read and checked by
+:mod:`verl_isocompute.scaling.compare` for ``allocate --compare``). Paper presets ship as
 ``presets/<name>.json`` and are addressed as ``paper:<name>``.
 
 A curve users allocate GPU-months from must never be silently misread, so a file is checked field by

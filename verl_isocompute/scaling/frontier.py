@@ -80,9 +80,11 @@ def validation_points(
         logged = steps["tokens"].notna().groupby(steps["run"]).any()
         missing = logged.index[~logged].tolist()
         if missing:
+            tokenish = [m for m in logs.metrics if "token" in m.lower()]
             raise ScalingError(
                 f"generated tokens are not logged (nor derivable from response_length/mean) for {len(missing)} "
-                f"run(s), e.g. {missing[0]}; use --compute rollouts"
+                f"run(s), e.g. {missing[0]}: looked for 'tokens' and 'isocompute/tokens', found token-like keys: "
+                f"{', '.join(tokenish[:10]) or '(none)'}; use --compute rollouts"
             )
     _check_increasing(steps, compute)
 

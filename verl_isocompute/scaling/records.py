@@ -16,13 +16,17 @@ Three formats are read:
 * a CSV exported from a wandb or tensorboard project: one row per logged step, a step column (``step``,
   ``_step``, ``global_step``, ...), metric columns, config columns for n and B_problem and, for a project
   export, a run column (``run``, ``name``, ...). Empty cells mean "not logged at this step".
+* a wandb run directory or tensorboard event files, read offline by
+  :mod:`verl_isocompute.scaling.sources` (this module only dispatches to it).
 
 Compute C is cumulative rollouts: C after step m is the sum over steps of b_problem * n (the playbook's
 definition, arXiv 2603.12151 section 4). A log without it gets C = step * n * b_problem, which holds when
 n and b_problem are constant and step counts updates from 0 = before training (verl's ``global_steps``).
 Generated tokens, when not logged, are the running sum of ``response_length/mean * n * b_problem`` over
 steps (verl logs the mean response length of every training batch), possible only if no step is missing.
-Every derivation is reported in :attr:`RunLogs.notes`.
+Our trainer's counters in verl's loggers (``isocompute/rollouts``, ``isocompute/tokens``) are used as C
+when present (:func:`verl_isocompute.scaling.sources.compute_columns`). Every derivation is reported in
+:attr:`RunLogs.notes`.
 
 Duplicate steps (a resumed run re-logs the steps it re-ran) keep the last value logged for each metric.
 Values logged as NaN, inf or null (verl's orjson writes NaN as null) are counted per metric and dropped.
@@ -43,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from verl_isocompute.runlog import RUN_LOG, RunLogError, read_jsonl
+from verl_isocompute.scaling import sources
 from verl_isocompute.scaling.errors import ScalingError
 
 KEY_COLUMNS = ("run", "step", "n", "b_problem", "rollouts", "tokens")
@@ -103,7 +108,11 @@ def load_runs(
     files = find_logs(paths)
     raws: list[_RawRun] = []
     for path, fmt, root in files:
-        batch = _read_csv(path) if fmt == "csv" else [_read_jsonl(path, fmt)]
+        if fmt in sources.FORMATS:
+            run = sources.read(path, fmt)
+            batch = [_RawRun(run.name, run.path, fmt, run.frame, run.header, run.nonfinite, truncated_line=run.truncated)]
+        else:
+            batch = _read_csv(path) if fmt == "csv" else [_read_jsonl(path, fmt)]
         for raw in batch:
             raw.root = root
         raws.extend(batch)
@@ -147,11 +156,12 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, str, Path]
         if not path.exists():
             raise ScalingError(f"{path} does not exist; pass run directories or log files")
         if path.is_file():
-            fmt = _sniff(path)
+            fmt = _sniff(path) or sources.sniff(path)
             if fmt is None:
                 raise ScalingError(
                     f"{path} is not a run log: expected isocompute.jsonl, a verl file-logger .jsonl "
-                    "(lines {\"step\": N, \"data\": {...}}) or a .csv with one row per step"
+                    "(lines {\"step\": N, \"data\": {...}}), a .csv with one row per step, a wandb run "
+                    "directory or tensorboard event files"
                 )
             found.setdefault(path.resolve(), (path, fmt, path.parent))
             continue
@@ -162,13 +172,20 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, str, Path]
                 dirnames[:] = []
                 found.setdefault((here / RUN_LOG).resolve(), (here / RUN_LOG, "isocompute", path))
                 continue
+            fmt = sources.run_in_dir(here, filenames)
+            if fmt is not None:  # one run per directory, like isocompute.jsonl; wandb's subfolders are its own
+                found.setdefault(here.resolve(), (here, fmt, path))
+                if fmt == sources.WANDB:
+                    dirnames[:] = []
+                continue
             for name in sorted(filenames):
                 if name.endswith(".jsonl") and _sniff(here / name) == "verl":
                     found.setdefault((here / name).resolve(), (here / name, "verl", path))
     if not found:
         raise ScalingError(
-            f"no runs found in {', '.join(str(p) for p in paths)}: looked for {RUN_LOG} and verl "
-            "file-logger .jsonl files (trainer.logger=['file']); pass a .csv export by name"
+            f"no runs found in {', '.join(str(p) for p in paths)}: looked for {RUN_LOG}, verl "
+            "file-logger .jsonl files (trainer.logger=['file']), wandb run directories and tensorboard event "
+            "files; pass a .csv export by name"
         )
     return sorted(found.values(), key=lambda item: str(item[0]))
 
@@ -258,6 +275,8 @@ def _read_jsonl(path: Path, fmt: str) -> _RawRun:
     found = (m.group(1) for line in flagged for m in _NONFINITE_JSON.finditer(line))
     nonfinite = Counter(key for key in found if key in frame.columns)
     frame = frame.replace([np.inf, -np.inf], np.nan)
+    if fmt == "verl":  # our trainer's compute counters, as verl's file logger names them
+        frame = sources.compute_columns(frame)
     return _RawRun(_run_name(path, fmt), path, fmt, frame, header, nonfinite, truncated_line=truncated)
 
 

@@ -9,6 +9,9 @@ Files (all in the output directory):
 * ``records.csv``: the record-breaking points over all runs (the empirical frontier) with their run, n
   and B_problem;
 * ``fits.csv``: one row per group (n, or (n, B_problem)) with its fitted saturating curve;
+* ``compare.json``, ``compare.csv``, ``compare.png``: what each fixed n costs against the compute-optimal
+  n at a few budgets (:mod:`verl_isocompute.scaling.compare`); curve.json carries the per-n curves
+  (``reward_curves``) so that ``isocompute allocate --compare`` can redo it at any budget;
 * ``report.md``: the fitted values with intervals, n* at round budgets (optionally next to a paper
   preset), the per-group fits, the residuals, and every warning and data note;
 * ``frontier.png``, ``n_star.png``: see :mod:`verl_isocompute.scaling.plots`.
@@ -50,22 +53,32 @@ def write_outputs(
     Without a fitted curve (``result.curve is None``) no ``curve.json`` is written and an existing one
     is left as it was (the report says so).
     """
+    from verl_isocompute.scaling import compare as cmp
     from verl_isocompute.scaling.plots import plot_frontier, save_plots
 
     out_dir = Path(out_dir)
     stale_curve = result.curve is None and (out_dir / CURVE_FILE).exists()
+    comparison = cmp.outputs(result)
     with atomic.staged_dir(out_dir) as staging:
         if result.curve is not None:
             curve = result.curve
             if command:
                 curve = replace(curve, provenance={**curve.provenance, "command": command})
+            curve = replace(curve, extra={**curve.extra, cmp.REWARD_CURVES_KEY: cmp.reward_curves_field(
+                cmp.reward_curves(result), result.group_by)})
             (staging / CURVE_FILE).write_text(json.dumps(_jsonable(curve.to_dict()), indent=2) + "\n")
         result.grid.to_csv(staging / FRONTIER_FILE, index=False)
         result.frontier.records.to_csv(staging / RECORDS_FILE, index=False)
         result.groups.to_csv(staging / FITS_FILE, index=False)
         figures = plot_frontier(result, compare=compare, compare_label=compare_label)
         save_plots(figures, staging)
+        if comparison is not None:
+            (staging / cmp.COMPARE_JSON).write_text(json.dumps(_jsonable(comparison[0]), indent=2) + "\n")
+            comparison[1].to_csv(staging / cmp.COMPARE_CSV, index=False)
+            comparison[2].savefig(staging / cmp.COMPARE_PNG, dpi=130)
         report = render_report(result, compare, compare_label, command, stale_curve=stale_curve)
+        if comparison is not None:
+            report += "\n".join(_compare_section(comparison[1])) + "\n"
         (staging / REPORT_FILE).write_text(report)
         written = [out_dir / path.name for path in sorted(staging.iterdir())]
     return written
@@ -182,9 +195,22 @@ def render_report(
         f"- `{RECORDS_FILE}`: record-breaking points over all runs (the empirical frontier)",
         f"- `{FITS_FILE}`: per-group saturating fits",
         "- `frontier.png`, `n_star.png`: the plots",
+        "- `compare.json`, `compare.csv`, `compare.png`: what each fixed n costs (below)",
         "",
     ]
     return "\n".join(lines)
+
+
+def _compare_section(table) -> list[str]:
+    from verl_isocompute.scaling.compare import COMPARE_CSV, pivot_markdown
+
+    return [
+        "", "## What the choice of n costs", "",
+        "Compute a fixed n needs to reach the reward R* the compute-optimal n reaches at budget C, as a multiple "
+        "of C (C_n(R*) / C from the per-n fits; `> x`: not reached within that n's fitted range, x = its last C / C, "
+        f"`(never)`: its fitted asymptote A is below R*; `<= x`: already reached where its runs start). Rewards and details: `{COMPARE_CSV}`.", "",
+        *pivot_markdown(table),
+    ]
 
 
 def _residual_table(result: FrontierFit) -> list[str]:
