@@ -417,11 +417,14 @@ def test_allocate_defaults_are_the_config_defaults():
 
 
 def test_the_recipe_block_lists_the_config_defaults():
-    """AllocationConfig is the source; recipes/isocompute_base.yaml lists the same keys (overridable without `+`)."""
-    yaml = OmegaConf.load(resources.files("verl_isocompute.recipes") / "isocompute_base.yaml")
+    """AllocationConfig is the source; the allocation piece (recipes/isocompute/allocation.yaml, in every recipe)
+    lists the same keys (overridable without `+`); adding the piece enables it, the recipes switch it off."""
+    recipes = resources.files("verl_isocompute.recipes")
+    yaml = OmegaConf.merge(*(OmegaConf.load(recipes / "isocompute" / f"{piece}.yaml") for piece in ("lr_rule", "allocation")))
     block = OmegaConf.to_container(yaml.isocompute.allocation, resolve=True)
     assert list(block) == [f.name for f in fields(AllocationConfig)]
-    assert block == asdict(AllocationConfig())
+    assert block == {**asdict(AllocationConfig()), "enable": True}
+    assert OmegaConf.load(recipes / "isocompute_base.yaml").isocompute.allocation == {"enable": False}
     # the LR keys follow the recipe's LR rule (one rule for the hook and the recipe), whose values are the paper's
     assert OmegaConf.to_container(yaml.isocompute.allocation)["base_lr"] == "${isocompute.lr.base_lr}"
 

@@ -17,7 +17,7 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo import padding_utils
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-from verl_isocompute.training.config import compose_recipe, prepare_lr
+from verl_isocompute.training.config import compose_recipe
 from verl_isocompute.training.masks import row_ids
 from verl_isocompute.training.names import REG_MASK_FIELD, ROW_ID_FIELD, SEQ_COUNT_FIELD
 from verl_isocompute.training.trainer import IsoComputeTrainer
@@ -86,7 +86,6 @@ def padded(monkeypatch):
 
 def _trainer(*overrides):
     cfg = compose_recipe("isocompute_easy", ["data.train_batch_size=3", f"actor_rollout_ref.rollout.n={N}", *overrides])
-    prepare_lr(cfg, set())
     trainer = IsoComputeTrainer.__new__(IsoComputeTrainer)  # no workers: only the advantage step runs
     trainer.config = cfg
     trainer._read_settings(cfg)

@@ -12,6 +12,7 @@ from hydra import compose, initialize_config_module
 from verl_isocompute.training.config import (
     RecipeError,
     check_group_size,
+    prepare,
     prepare_model,
     prepare_platform,
 )
@@ -87,69 +88,49 @@ def test_missing_local_data_file_is_refused_remote_paths_are_left_to_verl(tmp_pa
                                                     "data.val_files=hdfs://cluster/val.parquet"]))
 
 
-def test_explicit_lr_conflicts_with_the_lr_rule():
-    from verl_isocompute.training.config import prepare_lr
+def test_command_line_lr_replaces_the_rule_and_says_so(capsys):
+    from verl_isocompute.training.config import lr_from_rule, report_lr
 
     cfg = compose_recipe("isocompute_hard", ["actor_rollout_ref.actor.optim.lr=3e-6"])
-    with pytest.raises(RecipeError, match=r"optim.lr=3e-06 given on the command line.*sets .*optim.lr=7.07107e-07.*isocompute.lr.rule=null"):
-        prepare_lr(cfg, {"actor_rollout_ref.actor.optim.lr"})
-    # the value the rule gives (as `isocompute allocate --format overrides` prints it) is not a conflict
-    same = compose_recipe("isocompute_hard", ["actor_rollout_ref.actor.optim.lr=7.0710678118654755e-07"])
-    prepare_lr(same, {"actor_rollout_ref.actor.optim.lr"})
-    cfg = compose_recipe("isocompute_hard", ["actor_rollout_ref.actor.optim.lr=3e-6", "isocompute.lr.rule=null"])
-    prepare_lr(cfg, {"actor_rollout_ref.actor.optim.lr"})
-    assert cfg.actor_rollout_ref.actor.optim.lr == 3e-6
+    assert cfg.actor_rollout_ref.actor.optim.lr == 3e-6 and not lr_from_rule(cfg)
+    report_lr(cfg)
+    assert "lr: 3e-06, warm-up 10 steps, as set in the config or on the command line (the sqrt rule of isocompute.lr would give 7.07e-07" in capsys.readouterr().out
+    # the value the rule gives (as `isocompute allocate --format overrides` prints it) counts as the rule's
+    assert lr_from_rule(compose_recipe("isocompute_hard", ["actor_rollout_ref.actor.optim.lr=7.0710678118654755e-07"]))
+    assert lr_from_rule(compose_recipe("isocompute_hard"))
 
 
 def test_lr_rule_is_written_into_verls_optimizer_config():
-    from verl_isocompute.training.config import prepare_lr
-
     cfg = compose_recipe("isocompute_easy", ["data.train_batch_size=64", "actor_rollout_ref.rollout.n=128"])
-    prepare_lr(cfg, set())
     optim = cfg.actor_rollout_ref.actor.optim
     assert optim.lr == pytest.approx(1e-6 * (64 * 128 / 1024) ** 0.5)  # 2.83e-6 at B = 8192, as in the paper
     assert optim.lr_warmup_steps == 10 and optim.lr_warmup_steps_ratio == 0.0
     assert (optim.lr_scheduler_type, optim.min_lr_ratio, optim.zero_indexed_step) == ("cosine", 1.0, False)
+    null_rule = compose_recipe("isocompute_easy", ["isocompute.lr.rule=null", "isocompute.lr.base_lr=4e-6"])
+    assert null_rule.actor_rollout_ref.actor.optim.lr == 4e-6  # no batch scaling
 
 
 def test_lr_rule_counts_the_rollouts_trained_on_under_the_decoupled_baseline(capsys):
-    from verl_isocompute.training.config import prepare_lr
+    from verl_isocompute.training.config import report_lr
 
     cfg = compose_recipe("isocompute_hard", ["data.train_batch_size=128", "actor_rollout_ref.rollout.n=256",
                                              "algorithm.adv_estimator=isocompute_grpo_decoupled", "isocompute.decoupled.n_train=64"])
-    prepare_lr(cfg, set())
     assert cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(1e-6 * (128 * 64 / 1024) ** 0.5)  # 2.83e-6, not 5.66e-6
+    report_lr(cfg)
     assert "B = B_problem 128 x n_train 64 = 8192 rollouts" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("override, shown", [
-    ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1", "optim.lr_warmup_steps_ratio=0.1 given on the command line.*sets .*lr_warmup_steps_ratio=0"),
-    ("actor_rollout_ref.actor.optim.lr_scheduler_type=constant", "optim.lr_scheduler_type=constant given .*lr_scheduler_type=cosine"),
-    ("actor_rollout_ref.actor.optim.zero_indexed_step=true", "zero_indexed_step=True given .*zero_indexed_step=false"),
-    ("actor_rollout_ref.actor.optim.min_lr_ratio=0.1", "min_lr_ratio=0.1 given .*min_lr_ratio=1"),
-    ("actor_rollout_ref.actor.optim.lr_warmup_steps=3", "lr_warmup_steps=3 given .*lr_warmup_steps=10"),
+    ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1", "optim.lr_warmup_steps_ratio=0.1: .*needs lr_warmup_steps_ratio=0"),
+    ("actor_rollout_ref.actor.optim.lr_scheduler_type=constant", "optim.lr_scheduler_type=constant: .*lr_scheduler_type=cosine"),
+    ("actor_rollout_ref.actor.optim.zero_indexed_step=true", "zero_indexed_step=true: .*zero_indexed_step=false"),
+    ("actor_rollout_ref.actor.optim.min_lr_ratio=0.1", "min_lr_ratio=0.1: .*min_lr_ratio=1"),
 ])
-def test_explicit_schedule_keys_are_never_silently_replaced(override, shown):
-    from verl_isocompute.training.config import prepare_lr
+def test_schedule_keys_our_trainer_would_misreport_are_refused(override, shown):
+    from verl_isocompute.training.config import check_warmup_schedule
 
-    cfg = compose_recipe("isocompute_hard", [override])
     with pytest.raises(RecipeError, match=shown):
-        prepare_lr(cfg, {override.split("=")[0]})
-
-
-def test_explicit_schedule_keys_that_agree_and_the_allocation_path():
-    from verl_isocompute.training.config import prepare_lr
-
-    agree = ["actor_rollout_ref.actor.optim.lr_scheduler_type=cosine", "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0"]
-    prepare_lr(compose_recipe("isocompute_hard", agree), {a.split("=")[0] for a in agree})
-    # the allocation hook wrote lr and warm-up: they stay, the schedule is still written
-    cfg = compose_recipe("isocompute_hard", ["actor_rollout_ref.actor.optim.lr=5e-6", "actor_rollout_ref.actor.optim.lr_scheduler_type=constant"])
-    prepare_lr(cfg, set(), allocated=True)
-    assert cfg.actor_rollout_ref.actor.optim.lr == 5e-6 and cfg.actor_rollout_ref.actor.optim.lr_scheduler_type == "cosine"
-    # with the rule off, the user's lr stays and the warm-up schedule is still the recipe's
-    cfg = compose_recipe("isocompute_hard", ["isocompute.lr.rule=null", "actor_rollout_ref.actor.optim.lr=4e-6"])
-    prepare_lr(cfg, {"actor_rollout_ref.actor.optim.lr"})
-    assert cfg.actor_rollout_ref.actor.optim.lr == 4e-6 and cfg.actor_rollout_ref.actor.optim.zero_indexed_step is False
+        check_warmup_schedule(compose_recipe("isocompute_hard", [override]))
 
 
 def test_verls_own_scheduler_runs_update_k_at_the_warmup_rule():
@@ -159,11 +140,9 @@ def test_verls_own_scheduler_runs_update_k_at_the_warmup_rule():
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
 
-    from verl_isocompute.training.config import prepare_lr
     from verl_isocompute.training.lr import lr_for_update
 
     cfg = compose_recipe("isocompute_hard", ["isocompute.lr.warmup_steps=4", "isocompute.lr.base_lr=1e-3"])
-    prepare_lr(cfg, set())
     optim_config = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor.optim)
     optim_config.total_training_steps = 6
     engine = FSDPEngine.__new__(FSDPEngine)
@@ -190,3 +169,9 @@ def test_verl_platform_cpu_in_the_environment_with_a_gpu_recipe_is_refused(monke
     cfg = compose_recipe("isocompute_hard")  # a GPU recipe: vLLM rollout
     with pytest.raises(RecipeError, match="rollout.name=vllm needs a GPU.*VERL_PLATFORM=cpu.*rollout.name=hf"):
         prepare_platform(cfg)
+
+
+def test_a_resolver_error_is_one_line_naming_the_key():
+    cfg = compose_recipe("isocompute_hard")  # no model path, no data files
+    with pytest.raises(RecipeError, match=r"^actor_rollout_ref.model.path is not set: pass actor_rollout_ref.model.path=PATH"):
+        prepare(cfg)

@@ -18,8 +18,11 @@ def compose_recipe(name: str, overrides: list[str] | None = None):
 
 
 @pytest.mark.parametrize("name", RECIPES)
-def test_recipe_composes_and_is_the_healthy_recipe(name):
-    cfg = compose_recipe(name)
+def test_recipe_composes_and_is_the_healthy_recipe(name, tiny_model_path, monkeypatch):
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")  # cpu_demo's trainer.device insists on it
+    given = (["isocompute.model=tiny"] if name == "cpu_demo" else
+             ["actor_rollout_ref.model.path=/models/m", "data.train_files=/d/train.parquet", "data.val_files=/d/val.parquet"])
+    cfg = compose_recipe(name, given)
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
     actor, rollout = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
     assert cfg.isocompute.recipe == name

@@ -3,24 +3,28 @@
 It composes one of our hydra recipes (each extends verl's ``ppo_trainer``), resolves our ``isocompute:``
 block into plain verl settings (:func:`verl_isocompute.training.config.prepare`: platform, model, data,
 allocation, learning rate, run directory), and hands the config to verl's own ``run_ppo`` with verl's
-own TaskRunner: the run is an ordinary verl run.
+own TaskRunner: the run is an ordinary verl run. ``python -m verl.trainer.main_ppo`` with the same recipe
+resolves to the same config (docs/STOCK_VERL.md); this entry point adds the CPU platform switch
+(``VERL_PLATFORM=cpu`` must be set before verl is imported) and checks before Ray starts.
 
 Overrides work as in verl (``actor_rollout_ref.rollout.n=8``); new keys need ``+key=value``.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import hydra
 from omegaconf import DictConfig
 
 from verl_isocompute.training.config import RecipeError, prepare
+from verl_isocompute.training.resolvers import LAUNCH_DIR_ENV
 
 
-def run(cfg: DictConfig, explicit_keys: set[str] | None = None) -> None:
+def run(cfg: DictConfig) -> None:
     """Prepare ``cfg`` and run it with verl's trainer."""
-    prepare(cfg, explicit_keys)
+    prepare(cfg)
     import verl  # noqa: F401  (loads plugins, ours included, with VERL_PLATFORM already set)
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -34,12 +38,8 @@ def run(cfg: DictConfig, explicit_keys: set[str] | None = None) -> None:
 
 @hydra.main(config_path="pkg://verl_isocompute.recipes", config_name="cpu_demo", version_base=None)
 def main(cfg: DictConfig) -> None:
-    from hydra.core.hydra_config import HydraConfig
-
-    from verl_isocompute.training.allocation_hook import explicit_keys_from_overrides
-
     try:
-        run(cfg, explicit_keys_from_overrides(HydraConfig.get().overrides.task))
+        run(cfg)
     except RecipeError as exc:
         print(f"isocompute: error: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -53,4 +53,6 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    # relative paths (isocompute.run_dir) are this directory, also in verl's Ray processes (they inherit it)
+    os.environ[LAUNCH_DIR_ENV] = os.getcwd()
     main()

@@ -14,8 +14,13 @@ from __future__ import annotations
 def register_all() -> None:
     """Register all our extensions with verl (safe to call any number of times)."""
     from verl_isocompute import cpu
+    from verl_isocompute.training import resolvers, searchpath
 
-    # First: importing verl's trainer modules resolves the platform, and under VERL_PLATFORM=cpu the
+    # First the config resolvers and the recipes' search path: verl's `main_ppo` composes our recipes (whose
+    # keys interpolate the resolvers) right after `import verl` has loaded this module.
+    resolvers.register()
+    searchpath.register()
+    # Then: importing verl's trainer modules resolves the platform, and under VERL_PLATFORM=cpu the
     # cpu platform must already be registered by then.
     cpu.register()
     from verl_isocompute.training import advantage, trainer  # noqa: F401  (the trainer registers on import)

@@ -1,24 +1,25 @@
 """Our ``isocompute:`` config block, resolved into plain verl settings before verl builds anything.
 
 Used by the entry point (:mod:`verl_isocompute.main`), the sweep and curation (which compose recipes
-outside ``hydra.main`` with :func:`compose_recipe`). What :func:`prepare` resolves:
+outside ``hydra.main`` with :func:`compose_recipe`). The recipes write the derived verl keys as
+interpolations of our resolvers (:mod:`verl_isocompute.training.resolvers`: model, data files, allocation,
+learning rate, run directory), which verl's own ``python -m verl.trainer.main_ppo`` resolves the same way.
+What :func:`prepare` adds for our entry point:
 
 - the platform: ``isocompute.platform=cpu`` selects our CPU backend (sets ``VERL_PLATFORM=cpu`` before
-  verl is imported, starts Ray with logical GPUs) and rejects GPU-only settings;
-- the model: ``isocompute.model=smollm2|tiny`` builds (once) and uses a built-in model; otherwise
-  ``actor_rollout_ref.model.path`` is checked to be a usable local checkpoint with a chat template;
-- the data: ``isocompute.data.source=arithmetic`` generates the seeded demo problem set;
-  ``isocompute.guided.enable`` mixes guided copies of the training problems in (docs/GUIDED.md);
-- the allocation hook (``isocompute.allocation.enable``): a budget becomes ``rollout.n``,
-  ``data.train_batch_size``, steps and lr (:func:`verl_isocompute.training.allocation_hook.apply_allocation`);
-- the learning rate (``isocompute.lr``): lr = base_lr * sqrt(B / b_ref), B = B_problem * n (n_train under
-  the decoupled baseline), with update k at lr * min(1, k / W), written into verl's optimizer config
-  (:mod:`verl_isocompute.training.lr`), so no worker resolves it;
+  verl is imported, which verl's entry point cannot do) and rejects GPU-only settings;
+- resolving the whole config now, so that a bad setting stops the run with one line before Ray starts,
+  then checking the model (a usable local checkpoint with a chat template), the data files and group sizes;
+- one line each for the allocation and the learning rate (lr = base_lr * sqrt(B / b_ref), B = B_problem
+  * n, n_train under the decoupled baseline, update k at lr * min(1, k / W): :mod:`verl_isocompute.training.lr`);
+  an lr given on the command line replaces the rule, as in verl's entry point, and the line says so;
+- ``isocompute.guided.enable``: the training files become a mixture with guided copies of the problems
+  (docs/GUIDED.md; our entry point only);
 - the run directory ``isocompute.run_dir``: hydra's record of the config, our run log
   (``isocompute.jsonl``), verl's metrics (``verl_metrics.jsonl``), checkpoints and validation generations.
 
-A setting given explicitly on the command line is never silently replaced by the allocation or the LR
-rule: that is an error naming both values.
+A key the allocation decides (n, B_problem, steps, lr) that the command line also sets is an error naming
+both values.
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl_isocompute.runlog import VERL_METRICS
-from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE, resolve_lr
-from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, ESTIMATORS
+from verl_isocompute.training import resolvers
+from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
+from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, ESTIMATORS, TRAINER
+
+resolvers.register()  # before any recipe is composed: the recipes interpolate them
 
 # Estimators that compare samples within a group (GRPO family): a group of one has no baseline.
 GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_passk", "optimal_token_baseline",
@@ -76,34 +80,19 @@ def prepare_platform(cfg: DictConfig) -> None:
 
 
 def prepare_model(cfg: DictConfig) -> None:
-    from verl_isocompute.cpu.models import check_model_path, ensure_model
+    """The model path (``isocompute.model`` builds a built-in one) must be a usable local checkpoint."""
+    from verl_isocompute.cpu.models import check_model_path
 
-    name = _select(cfg, "isocompute.model")
-    with open_dict(cfg):
-        if name:
-            cfg.actor_rollout_ref.model.path = str(ensure_model(name))
     check_model_path(cfg.actor_rollout_ref.model.path)
 
 
 def prepare_data(cfg: DictConfig) -> None:
-    source = _select(cfg, "isocompute.data.source")
-    if source in (None, "files"):
-        for key in ("data.train_files", "data.val_files"):
-            for f in _files(cfg, key):
-                # remote paths (hdfs://, ...) are verl's to fetch; local ones must exist now, not mid-run
-                if "://" not in f and not Path(os.path.expanduser(f)).is_file():
-                    raise RecipeError(f"{key}: {f} does not exist; pass parquet files in verl's format")
-        return
-    if source != "arithmetic":
-        raise RecipeError(f"isocompute.data.source={source!r}: use arithmetic (generated demo set) or files")
-    from verl_isocompute.cpu.models import cache_dir
-    from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
-
-    spec = ArithmeticSpec(**{k: v for k, v in OmegaConf.to_container(cfg.isocompute.data).items() if k != "source"})
-    train, val = write_arithmetic_dataset(cache_dir() / "data" / spec.name, spec)
-    with open_dict(cfg):
-        cfg.data.train_files = str(train)
-        cfg.data.val_files = str(val)
+    """Local data files must exist now, not mid-run (``isocompute.data.source=arithmetic`` generates them)."""
+    for key in ("data.train_files", "data.val_files"):
+        for f in resolvers._files(cfg, key):
+            # remote paths (hdfs://, ...) are verl's to fetch
+            if "://" not in f and not Path(os.path.expanduser(f)).is_file():
+                raise RecipeError(f"{key}: {f} does not exist; pass parquet files in verl's format")
 
 
 def prepare_guided_data(cfg: DictConfig) -> None:
@@ -144,54 +133,38 @@ def check_group_size(cfg: DictConfig) -> None:
         )
 
 
-def _files(cfg: DictConfig, key: str) -> list[str]:
-    value = _select(cfg, key)
-    return [str(f) for f in OmegaConf.to_container(value, resolve=True)] if OmegaConf.is_list(value) else [str(value)]
+def check_warmup_schedule(cfg: DictConfig) -> None:
+    """verl's optimizer schedule must run update k at lr * min(1, k / lr_warmup_steps): the isocompute trainer
+    logs that rate, so another schedule would be misreported (:data:`~verl_isocompute.training.lr.VERL_WARMUP_SCHEDULE`)."""
+    optim = cfg.actor_rollout_ref.actor.optim
+    for key, wanted in VERL_WARMUP_SCHEDULE.items():
+        if optim.get(key) != wanted:
+            raise RecipeError(
+                f"actor_rollout_ref.actor.optim.{key}={_show(optim.get(key))}: the isocompute trainer runs update k at "
+                f"lr * min(1, k / lr_warmup_steps), which needs {key}={_show(wanted)} "
+                "(our recipes set it; on your own config add `+isocompute=[lr_rule,run_log]`)"
+            )
 
 
-def _dataset_size(cfg: DictConfig) -> int:
-    import pyarrow.parquet as pq
+def _resolve(cfg: DictConfig) -> None:
+    """Resolve every interpolation in place; a resolver's error becomes one RecipeError line."""
+    from omegaconf.errors import InterpolationResolutionError
 
     try:
-        return sum(pq.ParquetFile(os.path.expanduser(f)).metadata.num_rows for f in _files(cfg, "data.train_files"))
-    except (OSError, ValueError) as exc:
-        raise RecipeError(
-            f"could not count the training problems in data.train_files ({exc}); "
-            "set isocompute.allocation.dataset_size=D"
-        ) from None
+        OmegaConf.resolve(cfg)
+    except InterpolationResolutionError as exc:
+        # "ValueError raised while resolving interpolation: <our message>" -> our message
+        first = str(exc).strip().splitlines()[0]
+        raise RecipeError(first.split("raised while resolving interpolation: ", 1)[-1]) from None
 
 
-def prepare_allocation(cfg: DictConfig, explicit_keys: set[str]) -> bool:
-    """Apply ``isocompute.allocation`` when enabled; returns whether it ran."""
-    from verl_isocompute.training.allocation_hook import (
-        AllocationError,
-        apply_allocation,
-        format_decision,
-    )
+def report_allocation(cfg: DictConfig) -> None:
+    """Print the allocation an enabled ``isocompute.allocation`` decided (already in the resolved config)."""
+    from verl_isocompute.training.allocation_hook import format_decision
 
-    if not _select(cfg, "isocompute.allocation.enable", default=False):
-        return False
-    with open_dict(cfg):
-        if _select(cfg, "isocompute.allocation.dataset_size") is None:
-            cfg.isocompute.allocation.dataset_size = _dataset_size(cfg)
-    try:
-        allocation = apply_allocation(cfg, explicit_keys)
-    except (AllocationError, ValueError) as exc:
-        raise RecipeError(str(exc)) from None
-    print(f"[isocompute] allocation: {format_decision(allocation)}", flush=True)
-    return True
-
-
-OPTIM = "actor_rollout_ref.actor.optim"
-# Keys of verl's optimizer config that prepare_lr writes: the rule's lr and warm-up, and the schedule that
-# makes update k run at lr * min(1, k / W) (training.lr.VERL_WARMUP_SCHEDULE).
-LR_KEYS = tuple(f"{OPTIM}.{key}" for key in ("lr", "lr_warmup_steps", *VERL_WARMUP_SCHEDULE))
-
-
-def _same(value, wanted) -> bool:
-    if isinstance(wanted, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return math.isclose(float(value), wanted, rel_tol=1e-6)
-    return value == wanted
+    chosen = resolvers.allocation(cfg)
+    if chosen is not None:
+        print(f"[isocompute] allocation: {format_decision(chosen)}", flush=True)
 
 
 def _show(value) -> str:
@@ -201,70 +174,48 @@ def _show(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def prepare_lr(cfg: DictConfig, explicit_keys: set[str], allocated: bool = False) -> None:
-    """Write the recipe's LR rule and warm-up schedule into verl's optimizer config (before any worker exists).
+def lr_from_rule(cfg: DictConfig) -> bool:
+    """Whether ``optim.lr`` and ``lr_warmup_steps`` are what the recipe's rule (or the allocation) gives."""
+    decision = resolvers.lr_decision(cfg)
+    optim = cfg.actor_rollout_ref.actor.optim
+    return math.isclose(float(optim.lr), decision.lr, rel_tol=1e-6) and int(optim.lr_warmup_steps) == decision.warmup_steps
 
-    The schedule keys are always written: update k (1-based) runs at lr * min(1, k / W). The rule's lr and
-    W are written when ``isocompute.lr.rule`` is set, unless the allocation hook already wrote them
-    (``allocated``). B of the rule counts the rollouts trained on: b_problem * n, or b_problem * n_train under
-    the decoupled baseline. A key given on the command line that disagrees is an error naming both values.
-    """
-    rule = _select(cfg, "isocompute.lr.rule")
-    if rule in ("none", "null"):
-        rule = None
-    resolved: dict = {f"{OPTIM}.{key}": value for key, value in VERL_WARMUP_SCHEDULE.items()}
-    decision = None
-    n_train = _select(cfg, "isocompute.decoupled.n_train") if _select(cfg, "algorithm.adv_estimator") == DECOUPLED_ESTIMATOR else None
-    if rule is not None and not allocated:
-        try:
-            decision = resolve_lr(
-                b_problem=int(cfg.data.train_batch_size), n=int(cfg.actor_rollout_ref.rollout.n),
-                base_lr=float(cfg.isocompute.lr.base_lr), b_ref=float(cfg.isocompute.lr.b_ref), rule=str(rule),
-                warmup_steps=int(cfg.isocompute.lr.warmup_steps), n_train=None if n_train is None else int(n_train),
-            )
-        except ValueError as exc:
-            raise RecipeError(f"isocompute.lr: {exc}") from None
-        resolved[f"{OPTIM}.lr"] = decision.lr
-        resolved[f"{OPTIM}.lr_warmup_steps"] = decision.warmup_steps
-    # A value given on the command line stays only if it is what the rule gives (e.g. pasted from
-    # `isocompute allocate --format overrides`); anything else would be silently replaced: refuse.
-    conflicts = [k for k in sorted(explicit_keys & set(resolved)) if not _same(_select(cfg, k), resolved[k])]
-    if conflicts:
-        fix = ("drop the override, or set isocompute.lr.rule=null to use your own learning rate" if decision else
-               "drop the override: the recipe's warm-up runs update k at lr * min(1, k / lr_warmup_steps)")
-        raise RecipeError(
-            f"{', '.join(f'{k}={_select(cfg, k)}' for k in conflicts)} given on the command line, but "
-            f"isocompute.lr sets {', '.join(f'{k}={_show(resolved[k])}' for k in conflicts)}; {fix}"
-        )
-    with open_dict(cfg):
-        for key, value in resolved.items():
-            OmegaConf.update(cfg, key, value, merge=False)
-    if decision is not None:
-        per_problem = f"n_train {n_train}" if n_train is not None else f"n {cfg.actor_rollout_ref.rollout.n}"
+
+def report_lr(cfg: DictConfig) -> None:
+    """Print the learning rate the run uses and where it came from."""
+    decision = resolvers.lr_decision(cfg)
+    optim = cfg.actor_rollout_ref.actor.optim
+    if not lr_from_rule(cfg):
         print(
-            f"[isocompute] lr: {decision.lr:.3g} ({rule} rule: {decision.base_lr:g} * sqrt(B / {decision.b_ref:g}) with "
-            f"B = B_problem {cfg.data.train_batch_size} x {per_problem} = {decision.batch_rollouts} rollouts trained on per step), "
-            f"warm-up {decision.warmup_steps} steps (update k at lr * min(1, k / {decision.warmup_steps}))",
+            f"[isocompute] lr: {_show(float(optim.lr))}, warm-up {optim.lr_warmup_steps} steps, as set in the config or on "
+            f"the command line (the {decision.rule} rule of isocompute.lr would give {decision.lr:.3g}, warm-up "
+            f"{decision.warmup_steps})",
             flush=True,
         )
+        return
+    n_train = resolvers._select(cfg, "isocompute.decoupled.n_train") if cfg.algorithm.adv_estimator == DECOUPLED_ESTIMATOR else None
+    per_problem = f"n_train {n_train}" if n_train is not None else f"n {cfg.actor_rollout_ref.rollout.n}"
+    print(
+        f"[isocompute] lr: {decision.lr:.3g} ({decision.rule} rule: {decision.base_lr:g} * sqrt(B / {decision.b_ref:g}) with "
+        f"B = B_problem {cfg.data.train_batch_size} x {per_problem} = {decision.batch_rollouts} rollouts trained on per step), "
+        f"warm-up {decision.warmup_steps} steps (update k at lr * min(1, k / {decision.warmup_steps}))",
+        flush=True,
+    )
 
 
-def prepare(cfg: DictConfig, explicit_keys: set[str] | None = None) -> DictConfig:
-    """Resolve our ``isocompute`` block into plain verl settings. Raises :class:`RecipeError`.
-
-    ``explicit_keys``: dotted keys the user set on the command line (protected from the allocation
-    hook and the LR rule).
-    """
-    explicit_keys = explicit_keys or set()
+def prepare(cfg: DictConfig) -> DictConfig:
+    """Resolve our ``isocompute`` block into plain verl settings, as verl's entry point would, and check
+    them before Ray starts. Raises :class:`RecipeError` (or the model's ModelError)."""
     prepare_platform(cfg)
+    _resolve(cfg)
     prepare_model(cfg)
     prepare_data(cfg)
     prepare_guided_data(cfg)
-    # The allocation sets n, B_problem and the lr through the same LR rule; otherwise the rule runs here.
-    # The warm-up schedule is written either way.
-    allocated = prepare_allocation(cfg, explicit_keys)
     check_group_size(cfg)
-    prepare_lr(cfg, explicit_keys, allocated=allocated)
+    if cfg.trainer.v1.trainer_mode == TRAINER:
+        check_warmup_schedule(cfg)
+    report_allocation(cfg)
+    report_lr(cfg)
     prepare_run_dir(cfg)
     return cfg
 

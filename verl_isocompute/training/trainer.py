@@ -33,8 +33,10 @@ On top of ``PPOTrainerSync`` it:
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -43,10 +45,14 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_isocompute.guided.metrics import guided_metrics
-from verl_isocompute.runlog import RunLogWriter
+from verl_isocompute.runlog import VERL_METRICS, RunLogWriter
 from verl_isocompute.training import metrics as iso_metrics
 from verl_isocompute.training.advantage import estimator_context
-from verl_isocompute.training.config import check_group_size
+from verl_isocompute.training.config import (
+    check_group_size,
+    check_warmup_schedule,
+    lr_from_rule,
+)
 from verl_isocompute.training.lr import (
     VERL_WARMUP_SCHEDULE,
     lr_for_update,
@@ -96,7 +102,11 @@ class IsoComputeTrainer(PPOTrainerSync):
     def __init__(self, config) -> None:
         super().__init__(config)
         self._read_settings(config)
-        run_dir = OmegaConf.select(config, "isocompute.run_dir", default=None) or config.trainer.default_local_dir
+        run_dir = Path(OmegaConf.select(config, "isocompute.run_dir", default=None) or config.trainer.default_local_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        # verl's file logger (created in fit) writes into the run dir unless told otherwise; our entry point sets
+        # it in the driver, verl's main_ppo does not.
+        os.environ.setdefault("VERL_FILE_LOGGER_PATH", str(run_dir / VERL_METRICS))
         self.run_log = RunLogWriter(run_dir)
         self.compute = ComputeCounter()
         self._step_info: dict = {}
@@ -123,14 +133,7 @@ class IsoComputeTrainer(PPOTrainerSync):
                 f"the isocompute trainer makes one actor update per step: set trainer.critic_warmup=0 (got "
                 f"{config.trainer.critic_warmup}) and parameter_sync_step=1 (got {sync_step})"
             )
-        optim = config.actor_rollout_ref.actor.optim
-        for key, wanted in VERL_WARMUP_SCHEDULE.items():
-            if optim.get(key) != wanted:
-                raise ValueError(
-                    f"actor_rollout_ref.actor.optim.{key}={optim.get(key)}: the isocompute trainer runs update k at "
-                    f"lr * min(1, k / lr_warmup_steps), which needs {key}={wanted} "
-                    "(verl_isocompute.training.config.prepare_lr writes it)"
-                )
+        check_warmup_schedule(config)
         actor = config.actor_rollout_ref.actor
         # The kept-sequence count is per step: the seq-mean normaliser can use it only if a step is one mini-batch.
         self.one_mini_batch = int(actor.ppo_mini_batch_size) == self.b_problem
@@ -189,6 +192,8 @@ class IsoComputeTrainer(PPOTrainerSync):
             "lr": cfg.actor_rollout_ref.actor.optim.lr,
             "lr_warmup_steps": cfg.actor_rollout_ref.actor.optim.lr_warmup_steps,
             "lr_rule": rule,
+            # false: optim.lr / lr_warmup_steps were set in the config or on the command line, not by the rule
+            "lr_from_rule": lr_from_rule(cfg) if OmegaConf.select(cfg, "isocompute.lr") is not None else False,
             # B of the LR rule: rollouts per step that enter the gradient (n_train per problem when decoupled)
             "lr_batch_rollouts": rule_batch_rollouts(self.b_problem, self.n, self.n_train) if rule else None,
             "val_n": cfg.actor_rollout_ref.rollout.val_kwargs.n,

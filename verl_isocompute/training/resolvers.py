@@ -1,0 +1,283 @@
+"""OmegaConf resolvers: the recipe's derived settings, computed where verl's config system reads them.
+
+The recipes write verl's keys as interpolations, e.g. ``actor_rollout_ref.actor.optim.lr:
+${isocompute.lr:lr}`` and ``actor_rollout_ref.rollout.n: ${isocompute.allocation:n,16}``. Each resolver
+reads our ``isocompute:`` block (and verl's batch keys) through ``_root_`` and returns a plain value, so
+that
+
+- ``python -m verl.trainer.main_ppo`` and ``python -m verl_isocompute.main`` resolve a recipe to the same
+  config (both load this module: verl through our ``verl.plugins`` entry point, :mod:`verl_isocompute.plugin`,
+  before hydra composes anything; ours through :mod:`verl_isocompute.training.config`);
+- a value given on the command line simply replaces the interpolation, as any verl setting;
+- verl's own config validation sees plain numbers.
+
+What they compute (each rule lives in one place; these functions only read the config and call it):
+
+- ``isocompute.lr:lr|warmup_steps``: the sqrt batch-size LR rule of the IsoCompute playbook
+  (arXiv 2603.12151), lr = base_lr * sqrt(B / b_ref), :func:`verl_isocompute.training.lr.resolve_lr`,
+  with B = data.train_batch_size * rollout.n (n_train under the decoupled baseline); under an enabled
+  allocation, the allocation's lr (the same rule at the allocated n and B_problem).
+- ``isocompute.allocation:KEY,DEFAULT``: with ``isocompute.allocation.enable``, the budget's n,
+  B_problem, steps or epochs (:func:`verl_isocompute.scaling.allocation.allocate_config`); else DEFAULT.
+  A key the allocation decides but the config sets to another plain value (e.g. ``rollout.n=8`` on the
+  command line with the allocation on) is an error naming both values.
+- ``isocompute.abspath:PATH``: PATH made absolute against the directory the run was started from (the
+  driver's, recorded at plugin import in ``ISOCOMPUTE_LAUNCH_DIR``: verl resolves the config again in its
+  TaskRunner, a Ray process whose working directory may differ).
+- ``isocompute.model_path:``, ``isocompute.data_file:train|val``: the built-in model
+  (``isocompute.model``) and the generated problem set (``isocompute.data.source=arithmetic``).
+- ``isocompute.device:``: ``cpu`` when the CPU platform is requested; stops the run with one line if
+  ``VERL_PLATFORM=cpu`` is missing (verl picks its platform when it is imported, before any config exists).
+- ``isocompute.needs_trainer:VALUE``: VALUE, if our trainer is selected; for the settings only our trainer
+  reads (the zero-variance filter, the decoupled baseline), which would otherwise be silently ignored.
+
+Only omegaconf at import: this module is loaded in every verl process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+LAUNCH_DIR_ENV = "ISOCOMPUTE_LAUNCH_DIR"
+OPTIM = "actor_rollout_ref.actor.optim"
+# The verl key each ${isocompute.allocation:KEY,...} interpolation stands for.
+ALLOCATION_KEYS = {
+    "n": "actor_rollout_ref.rollout.n",
+    "b_problem": "data.train_batch_size",
+    "steps": "trainer.total_training_steps",
+    "total_epochs": "trainer.total_epochs",
+}
+
+
+def _select(cfg: DictConfig, key: str, default: Any = None) -> Any:
+    return OmegaConf.select(cfg, key, default=default)
+
+
+def _files(cfg: DictConfig, key: str) -> list[str]:
+    value = _select(cfg, key)
+    return [str(f) for f in OmegaConf.to_container(value, resolve=True)] if OmegaConf.is_list(value) else [str(value)]
+
+
+def dataset_size(cfg: DictConfig) -> int:
+    """Training problems D: rows of ``data.train_files``."""
+    import pyarrow.parquet as pq
+
+    from verl_isocompute.scaling.allocation import AllocationError
+
+    try:
+        return sum(pq.ParquetFile(os.path.expanduser(f)).metadata.num_rows for f in _files(cfg, "data.train_files"))
+    except (OSError, ValueError) as exc:
+        raise AllocationError(
+            f"could not count the training problems in data.train_files ({exc}); set isocompute.allocation.dataset_size=D"
+        ) from None
+
+
+def allocation_enabled(cfg: DictConfig) -> bool:
+    return bool(_select(cfg, "isocompute.allocation.enable", default=False))
+
+
+def allocation(cfg: DictConfig):
+    """The allocation an enabled ``isocompute.allocation`` block decides for this config (None if disabled)."""
+    from verl_isocompute.scaling.allocation import AllocationError, allocate_config
+    from verl_isocompute.scaling.curve import CurveError
+    from verl_isocompute.training.allocation_hook import (
+        CONFIG_PATH,
+        allocation_settings,
+        decoupled_n_train,
+    )
+
+    if not allocation_enabled(cfg):
+        return None
+    settings = allocation_settings(cfg)
+    if settings.dataset_size is None:
+        from dataclasses import replace
+
+        settings = replace(settings, dataset_size=dataset_size(cfg))
+    try:
+        return allocate_config(settings, n_train=decoupled_n_train(cfg))
+    except (AllocationError, CurveError) as exc:
+        raise AllocationError(f"{CONFIG_PATH}: {exc}") from None
+
+
+def lr_decision(cfg: DictConfig):
+    """The LRDecision of the recipe for this config: the allocation's when enabled, else the rule at the
+    config's B_problem and n; ``isocompute.lr.rule=null`` is base_lr at any batch."""
+    from verl_isocompute.training.allocation_hook import decoupled_n_train
+    from verl_isocompute.training.lr import (
+        B_REF,
+        BASE_LR,
+        WARMUP_STEPS,
+        LRDecision,
+        resolve_lr,
+    )
+
+    b_problem = int(_select(cfg, "data.train_batch_size"))
+    n = int(_select(cfg, "actor_rollout_ref.rollout.n"))
+    n_train = decoupled_n_train(cfg)  # an error naming the key when the decoupled baseline lacks it
+    chosen = allocation(cfg)
+    if chosen is not None:
+        from verl_isocompute.training.allocation_hook import allocation_settings
+
+        settings = allocation_settings(cfg)
+        return resolve_lr(chosen.b_problem, chosen.n, settings.base_lr, settings.b_ref, chosen.lr_rule,
+                          chosen.warmup_steps, chosen.n_train)
+    rule = _select(cfg, "isocompute.lr.rule", default="sqrt")
+    base_lr = float(_select(cfg, "isocompute.lr.base_lr", default=BASE_LR))
+    b_ref = float(_select(cfg, "isocompute.lr.b_ref", default=B_REF))
+    warmup = int(_select(cfg, "isocompute.lr.warmup_steps", default=WARMUP_STEPS))
+    try:
+        if rule in (None, "none", "null"):
+            return LRDecision(base_lr, warmup, "null", b_problem * n, base_lr, b_ref)
+        return resolve_lr(b_problem, n, base_lr, b_ref, str(rule), warmup, None if n_train is None else int(n_train))
+    except ValueError as exc:
+        raise ValueError(f"isocompute.lr: {exc}") from None
+
+
+def _lr(key: str, _root_: DictConfig) -> Any:
+    if key not in ("lr", "warmup_steps"):
+        raise ValueError(f"${{isocompute.lr:{key}}}: use lr or warmup_steps")
+    decision = lr_decision(_root_)
+    return decision.lr if key == "lr" else decision.warmup_steps
+
+
+def _is_ours(raw: Any) -> bool:
+    """A raw (unresolved) value that is one of our interpolations, or derived from one (``${data.train_batch_size}``)."""
+    return isinstance(raw, str) and "${" in raw
+
+
+def check_allocation_keys(cfg: DictConfig, chosen) -> None:
+    """Every verl key the allocation decides must still be an interpolation, or equal to the decision
+    (a value pasted from ``isocompute allocate --format overrides``); else one error naming both values."""
+    from verl_isocompute.scaling.allocation import AllocationError
+    from verl_isocompute.training.allocation_hook import CONFIG_PATH, verl_values
+
+    conflicts = []
+    for key, wanted in verl_values(chosen).items():
+        parent_key, _, leaf = key.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_key)
+        node = parent._get_node(leaf) if OmegaConf.is_dict(parent) else None  # not `leaf in parent`: that resolves
+        raw = node._value() if node is not None else None
+        if raw is None or _is_ours(raw):
+            continue
+        if key == ALLOCATION_KEYS["total_epochs"]:
+            if int(raw) < wanted:
+                conflicts.append(f"{key}={raw} (allocation needs at least {wanted})")
+        elif isinstance(wanted, float) and isinstance(raw, (int, float)):
+            if abs(float(raw) - wanted) > 1e-6 * abs(wanted):
+                conflicts.append(f"{key}={raw} (allocation: {wanted!r})")
+        elif raw != wanted:
+            conflicts.append(f"{key}={raw} (allocation: {wanted!r})")
+    if conflicts:
+        raise AllocationError(
+            f"{CONFIG_PATH}.enable=true decides these keys, but the config or the command line sets them: "
+            f"{'; '.join(conflicts)}. Drop those settings, or set {CONFIG_PATH}.enable=false"
+            + (" (override_user applies to the Python hook apply_allocation only)" if _select(cfg, f"{CONFIG_PATH}.override_user") else "")
+        )
+
+
+_NO_DEFAULT = object()
+
+
+def _allocation(key: str, default: Any = _NO_DEFAULT, *, _root_: DictConfig) -> Any:
+    if key not in ALLOCATION_KEYS:
+        raise ValueError(f"${{isocompute.allocation:{key},...}}: use one of {', '.join(ALLOCATION_KEYS)}")
+    chosen = allocation(_root_)
+    if chosen is None:
+        if default is _NO_DEFAULT:
+            raise ValueError(
+                f"isocompute.allocation.enable=false, but the allocation piece replaced {ALLOCATION_KEYS[key]}: "
+                f"set {ALLOCATION_KEYS[key]} on the command line, or drop the piece"
+            )
+        return default
+    from verl_isocompute.training.allocation_hook import verl_values
+
+    check_allocation_keys(_root_, chosen)
+    value = verl_values(chosen)[ALLOCATION_KEYS[key]]
+    if key == "total_epochs" and default is not None:
+        return max(int(default), value)  # it only bounds the epoch loop: a larger default already lets M steps run
+    return value
+
+
+def launch_dir() -> Path:
+    return Path(os.environ.get(LAUNCH_DIR_ENV) or os.getcwd())
+
+
+def _abspath(path: str) -> str:
+    return str(launch_dir() / os.path.expanduser(str(path)))
+
+
+def _model_path(_root_: DictConfig) -> str:
+    name = _select(_root_, "isocompute.model")
+    if not name:
+        raise ValueError(
+            "actor_rollout_ref.model.path is not set: pass actor_rollout_ref.model.path=PATH (a local transformers "
+            "checkpoint) or isocompute.model=smollm2|tiny (a built-in model)"
+        )
+    from verl_isocompute.cpu.models import ensure_model
+
+    return str(ensure_model(str(name)))
+
+
+def _data_file(split: str, _root_: DictConfig) -> str:
+    source = _select(_root_, "isocompute.data.source")
+    if source != "arithmetic":
+        raise ValueError(
+            f"data.{split}_files is not set: pass data.{split}_files=PATH (parquet in verl's format), "
+            "or isocompute.data.source=arithmetic for the generated demo set"
+        )
+    from verl_isocompute.cpu.models import cache_dir
+    from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
+
+    block = OmegaConf.to_container(_root_.isocompute.data, resolve=True)
+    spec = ArithmeticSpec(**{k: v for k, v in block.items() if k != "source"})
+    train, val = write_arithmetic_dataset(cache_dir() / "data" / spec.name, spec)
+    return str(train if split == "train" else val)
+
+
+def _device(_root_: DictConfig) -> str:
+    if os.environ.get("VERL_PLATFORM", "").strip().lower() != "cpu":
+        print(
+            "isocompute: error: isocompute.platform=cpu needs VERL_PLATFORM=cpu in the environment before verl is "
+            "imported (verl picks its platform at import, before any config is read): run "
+            "`VERL_PLATFORM=cpu python -m verl.trainer.main_ppo ...`, or `python -m verl_isocompute.main ...`, which sets it",
+            file=sys.stderr, flush=True,
+        )
+        sys.exit(1)
+    return "cpu"
+
+
+def _needs_trainer(value: Any, _root_: DictConfig) -> Any:
+    from verl_isocompute.training.names import TRAINER
+
+    if _select(_root_, "trainer.v1.trainer_mode") != TRAINER:
+        raise ValueError(
+            f"{value!r} is applied by the isocompute trainer only (the zero-variance filter and the decoupled "
+            f"baseline need its masks): add `+isocompute=[run_log]` (trainer.v1.trainer_mode={TRAINER}), or drop the setting"
+        )
+    return value
+
+
+RESOLVERS = {
+    "isocompute.lr": _lr,
+    "isocompute.allocation": _allocation,
+    "isocompute.abspath": _abspath,
+    "isocompute.model_path": _model_path,
+    "isocompute.data_file": _data_file,
+    "isocompute.device": _device,
+    "isocompute.needs_trainer": _needs_trainer,
+}
+
+
+def register() -> None:
+    """Register our resolvers with OmegaConf (idempotent), and record the launch directory for
+    ``isocompute.abspath`` (kept from the first process, the driver: verl's Ray processes inherit it)."""
+    os.environ.setdefault(LAUNCH_DIR_ENV, os.getcwd())
+    for name, function in RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            # not cached: a command-line value or a changed block must be read afresh on every resolution
+            OmegaConf.register_new_resolver(name, function)
