@@ -6,6 +6,10 @@ allocation, learning rate, run directory), and hands the config to verl's own ``
 own TaskRunner: the run is an ordinary verl run.
 
 Overrides work as in verl (``actor_rollout_ref.rollout.n=8``); new keys need ``+key=value``.
+
+SIGTERM or SIGINT (Ctrl-C) stops the run: the Ray instance it started is shut down (no verl or Ray
+process is left), the run directory is kept, and the exit status is 128 + the signal number (143, 130)
+with one line saying what was kept.
 """
 
 from __future__ import annotations
@@ -37,9 +41,18 @@ def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from verl_isocompute.training.allocation_hook import explicit_keys_from_overrides
+    from verl_isocompute.workflow import launch
 
     try:
-        run(cfg, explicit_keys_from_overrides(HydraConfig.get().overrides.task))
+        with launch.stopping_ray():
+            try:
+                run(cfg, explicit_keys_from_overrides(HydraConfig.get().overrides.task))
+            except launch.Interrupted as exc:
+                launch.shutdown_ray()
+                print(f"isocompute: stopped by {exc}; verl and its Ray processes are stopped; kept the run "
+                      f"directory {cfg.isocompute.run_dir} (its run log has the steps finished so far)",
+                      file=sys.stderr, flush=True)
+                sys.exit(exc.exit_code)
     except RecipeError as exc:
         print(f"isocompute: error: {exc}", file=sys.stderr)
         sys.exit(2)

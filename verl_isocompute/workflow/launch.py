@@ -8,7 +8,14 @@ names the driver's Ray session (a worker that was starting while its raylet died
 and escapes both the group and the tree).
 
 :func:`deferred_signals` turns SIGTERM/SIGINT into an :class:`Interrupted` exception raised where the
-caller checks for it, so a command can stop its children and save its state before it exits.
+caller checks for it, so a command can stop its children and save its state before it exits (the demo and
+the sweep: they supervise child processes). :func:`stopping_ray` is for a process that starts Ray itself
+(``python -m verl_isocompute.main``, ``isocompute curate``): the signal raises at once, also inside
+``ray.get``, and the caller shuts its Ray instance down with :func:`shutdown_ray`. Ray's driver installs
+handlers of its own in ``ray.init`` (a C++ failure handler that aborts on SIGTERM with a stack dump, exit
+-6, and a Python one that calls ``sys.exit(15)``, which leaves the caller no way to report what it kept),
+so the context disables the first (``RAY_DISABLE_FAILURE_SIGNAL_HANDLER=1``, read by ``ray.init``) and
+puts ours back after ``ray.init`` returns.
 """
 
 from __future__ import annotations
@@ -24,10 +31,15 @@ from pathlib import Path
 # How long a stopped run gets to exit on SIGTERM before its processes are killed.
 STOP_GRACE_S = 20.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RAY_FAILURE_HANDLER_ENV = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
 
 
-class Interrupted(Exception):
-    """SIGTERM or SIGINT arrived; ``exit_code`` is the shell convention 128 + signal number."""
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT arrived; ``exit_code`` is the shell convention 128 + signal number.
+
+    A :class:`BaseException`, like :class:`KeyboardInterrupt`: verl's and Ray's ``except Exception``
+    blocks (e.g. around a worker call) must not turn a stop into a logged error and carry on.
+    """
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -64,6 +76,62 @@ def deferred_signals() -> Iterator[SignalLatch]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _raise_interrupted(signum, frame) -> None:
+    raise Interrupted(signum)
+
+
+@contextmanager
+def stopping_ray() -> Iterator[None]:
+    """Within the block SIGTERM/SIGINT raise :class:`Interrupted` at once, even after ``ray.init``.
+
+    ``ray.init`` replaces our SIGTERM handler (see the module docstring); it is wrapped for the block so
+    that our handlers are installed again when it returns. On leaving, the previous handlers, ``ray.init``
+    and the environment are restored.
+    """
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    env_before = os.environ.get(RAY_FAILURE_HANDLER_ENV)
+    os.environ[RAY_FAILURE_HANDLER_ENV] = "1"
+
+    def install() -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, _raise_interrupted)
+
+    import ray
+
+    ray_init = ray.init
+
+    def init_keeping_our_handlers(*args, **kwargs):
+        try:
+            return ray_init(*args, **kwargs)
+        finally:
+            install()
+
+    install()
+    ray.init = init_keeping_our_handlers
+    try:
+        yield
+    finally:
+        ray.init = ray_init
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if env_before is None:
+            os.environ.pop(RAY_FAILURE_HANDLER_ENV, None)
+        else:
+            os.environ[RAY_FAILURE_HANDLER_ENV] = env_before
+
+
+def shutdown_ray() -> None:
+    """Stop the Ray instance this process started (``ray.shutdown``), then any of its processes still alive."""
+    import ray
+
+    # a second signal while Ray shuts down must not cut the shutdown short
+    with deferred_signals():
+        try:
+            ray.shutdown()
+        finally:
+            _kill(ray_session_processes(os.getpid()))
 
 
 def start(cmd: list[str], log_path: str | os.PathLike, env: dict[str, str] | None = None) -> subprocess.Popen:
