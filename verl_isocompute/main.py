@@ -45,14 +45,12 @@ def main(cfg: DictConfig) -> None:
 
     try:
         with launch.stopping_ray():
-            try:
-                run(cfg, explicit_keys_from_overrides(HydraConfig.get().overrides.task))
-            except launch.Interrupted as exc:
-                launch.shutdown_ray()
-                print(f"isocompute: stopped by {exc}; verl and its Ray processes are stopped; kept the run "
-                      f"directory {cfg.isocompute.run_dir} (its run log has the steps finished so far)",
-                      file=sys.stderr, flush=True)
-                sys.exit(exc.exit_code)
+            run(cfg, explicit_keys_from_overrides(HydraConfig.get().overrides.task))
+    except launch.Interrupted as exc:
+        launch.shutdown_ray()
+        print(f"isocompute: stopped by {exc}; verl and its Ray processes are stopped; kept the run directory "
+              f"{cfg.isocompute.run_dir} (its run log has the steps finished so far)", file=sys.stderr, flush=True)
+        sys.exit(exc.exit_code)
     except RecipeError as exc:
         print(f"isocompute: error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -707,11 +707,10 @@ def _sample(cfg, settings: CurateSettings, pending: pd.DataFrame, cache: SampleC
     # before the exception leaves, and what was sampled stays cached.
     try:
         with launch.stopping_ray():
-            try:
-                sample(sampler, ready, done, ray_address=settings.ray_address)
-            except launch.Interrupted:
-                launch.shutdown_ray()
-                raise
+            sample(sampler, ready, done, ray_address=settings.ray_address)
+    except launch.Interrupted:
+        launch.shutdown_ray()
+        raise
     finally:
         bar.close()
     log(f"[curate] sampled {len(ready)} problems x {settings.k} in {time.perf_counter() - started:.0f} s")

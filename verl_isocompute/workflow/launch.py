@@ -34,11 +34,13 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 RAY_FAILURE_HANDLER_ENV = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
 
 
-class Interrupted(BaseException):
+class Interrupted(KeyboardInterrupt):
     """SIGTERM or SIGINT arrived; ``exit_code`` is the shell convention 128 + signal number.
 
-    A :class:`BaseException`, like :class:`KeyboardInterrupt`: verl's and Ray's ``except Exception``
-    blocks (e.g. around a worker call) must not turn a stop into a logged error and carry on.
+    A :class:`KeyboardInterrupt`, hence no :class:`Exception`: verl's and Ray's ``except Exception``
+    blocks (e.g. around a worker call) must not turn a stop into a logged error and carry on; and
+    ``ray.get`` only lets a KeyboardInterrupt out of its wait (any other exception raised by a signal
+    handler there is lost until the awaited task ends).
     """
 
     def __init__(self, signum: int) -> None:
@@ -78,27 +80,27 @@ def deferred_signals() -> Iterator[SignalLatch]:
             signal.signal(sig, handler)
 
 
-def _raise_interrupted(signum, frame) -> None:
-    raise Interrupted(signum)
-
-
 @contextmanager
-def stopping_ray() -> Iterator[None]:
+def stopping_ray() -> Iterator[SignalLatch]:
     """Within the block SIGTERM/SIGINT raise :class:`Interrupted` at once, even after ``ray.init``.
 
     ``ray.init`` replaces our SIGTERM handler (see the module docstring); it is wrapped for the block so
-    that our handlers are installed again when it returns. On leaving, the previous handlers, ``ray.init``
-    and the environment are restored.
+    that our handlers are installed again when it returns. A stop inside ``ray.get`` comes out of Ray as
+    a plain KeyboardInterrupt: it leaves the block as :class:`Interrupted` with the signal received. On
+    leaving, the previous handlers, ``ray.init`` and the environment are restored; the caller then shuts
+    Ray down (:func:`shutdown_ray`).
     """
-    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
-    env_before = os.environ.get(RAY_FAILURE_HANDLER_ENV)
-    os.environ[RAY_FAILURE_HANDLER_ENV] = "1"
+    import ray
+
+    latch = SignalLatch()
+
+    def handler(signum, frame) -> None:
+        latch(signum, frame)
+        raise Interrupted(signum)
 
     def install() -> None:
         for sig in STOP_SIGNALS:
-            signal.signal(sig, _raise_interrupted)
-
-    import ray
+            signal.signal(sig, handler)
 
     ray_init = ray.init
 
@@ -108,14 +110,21 @@ def stopping_ray() -> Iterator[None]:
         finally:
             install()
 
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    env_before = os.environ.get(RAY_FAILURE_HANDLER_ENV)
+    os.environ[RAY_FAILURE_HANDLER_ENV] = "1"
     install()
     ray.init = init_keeping_our_handlers
     try:
-        yield
+        yield latch
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Interrupted):
+            raise
+        raise Interrupted(latch.received[0] if latch.received else signal.SIGINT) from None
     finally:
         ray.init = ray_init
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
         if env_before is None:
             os.environ.pop(RAY_FAILURE_HANDLER_ENV, None)
         else:
