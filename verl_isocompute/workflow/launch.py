@@ -24,6 +24,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -141,6 +142,11 @@ def shutdown_ray() -> None:
             ray.shutdown()
         finally:
             _kill(ray_session_processes(os.getpid()))
+
+
+def main_command(recipe: str, overrides: list[str] | tuple[str, ...], python: str = sys.executable) -> list[str]:
+    """The command line of one verl run of ``recipe``: ``python -m verl_isocompute.main --config-name ...``."""
+    return [python, "-m", "verl_isocompute.main", "--config-name", recipe, *overrides]
 
 
 def start(cmd: list[str], log_path: str | os.PathLike, env: dict[str, str] | None = None) -> subprocess.Popen:

@@ -159,7 +159,8 @@ class RayOptions:
 
     ``mode``: ``private`` (the job reserves ``num_gpus`` / ``num_cpus`` on the cluster and its verl driver
     starts a Ray instance of its own) or ``join`` (the driver joins the cluster; one cell at a time).
-    ``env_vars`` go into every job's runtime_env.
+    ``env_vars`` go into every job's runtime_env. A plan's ``ray:`` block is checked when the plan is
+    parsed (:func:`.plan.parse_plan`) and resolved into these options by :func:`.preflight.ray_options`.
     """
 
     address: str
@@ -175,12 +176,6 @@ class RayOptions:
         check_address(self.address)
         if self.mode not in RAY_MODES:
             raise SweepError(f"ray.mode={self.mode!r}: use private (each cell its own Ray instance) or join")
-        if isinstance(self.max_concurrent, bool) or not isinstance(self.max_concurrent, int) or self.max_concurrent < 1:
-            raise SweepError(f"ray.max_concurrent must be an integer >= 1, got {self.max_concurrent!r}")
-        for name in ("num_gpus", "num_cpus"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-                raise SweepError(f"ray.{name} must be a number >= 0 or null, got {value!r}")
 
     @property
     def concurrent(self) -> int:
