@@ -13,12 +13,19 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from verl_isocompute.workflow.sweep.executors import RayOptions
-from verl_isocompute.workflow.sweep.plan import Cell, Plan, cell_overrides, check_data_files, micro_batch_issue
+from verl_isocompute.workflow.sweep.plan import (
+    Cell,
+    Plan,
+    cell_overrides,
+    check_data_files,
+    micro_batch_issue,
+)
 from verl_isocompute.workflow.sweep.state import CELLS_DIR, SweepError
 
 

@@ -17,8 +17,9 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from verl_isocompute.runlog import CONSOLE_LOG, RUN_LOG, VERL_METRICS, logged_steps  # noqa: F401  (re-exported)
 from verl_isocompute.workflow import launch
@@ -34,7 +35,12 @@ from verl_isocompute.workflow.sweep.executors import (  # noqa: F401  (re-export
     check_reachable,
     dashboard_address,
 )
-from verl_isocompute.workflow.sweep.plan import Cell, Plan, cell_overrides, check_data_files
+from verl_isocompute.workflow.sweep.plan import (
+    Cell,
+    Plan,
+    cell_overrides,
+    check_data_files,
+)
 from verl_isocompute.workflow.sweep.state import (  # noqa: F401  (re-exported: the runner's old names)
     ATTEMPTS_DIR,
     CELLS_DIR,
