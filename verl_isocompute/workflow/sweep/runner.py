@@ -39,8 +39,8 @@ from verl_isocompute.workflow.sweep.plan import (
     Cell,
     Plan,
     cell_overrides,
-    check_data_files,
 )
+from verl_isocompute.workflow.sweep.preflight import dataset_size
 from verl_isocompute.workflow.sweep.state import (  # noqa: F401  (re-exported: the runner's old names)
     ATTEMPTS_DIR,
     CELLS_DIR,
@@ -68,16 +68,6 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 
 # --- the sweep --------------------------------------------------------------------------------------
-
-
-def dataset_size(plan: Plan) -> int | None:
-    """Training problems in the plan's data files (parquet metadata only), or None for recipe data."""
-    if not plan.train_files:
-        return None
-    import pyarrow.parquet as pq
-
-    check_data_files(plan)
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in plan.train_files)
 
 
 class Sweep:
