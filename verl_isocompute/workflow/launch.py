@@ -108,6 +108,12 @@ def stopping_ray() -> Iterator[SignalLatch]:
     def init_keeping_our_handlers(*args, **kwargs):
         try:
             return ray_init(*args, **kwargs)
+        except SystemExit as exc:
+            if exc.code != signal.SIGTERM:
+                raise
+            # SIGTERM while ray.init ran: Ray's own handler (sys.exit(15)) was in place
+            latch(signal.SIGTERM, None)
+            raise Interrupted(signal.SIGTERM) from None
         finally:
             install()
 
