@@ -164,7 +164,9 @@ class FakeExecutor:
         self.started.append(cell.id)
         assert f"isocompute.run_dir={run_dir}" in overrides
         (run_dir / runner.CONSOLE_LOG).write_text("console\n")
-        return {"cell": cell, "run_dir": run_dir, "polls": 0}
+        handle = runner.CellHandle(run_dir)
+        handle.cell = cell
+        return handle
 
     def _write(self, cell, run_dir, upto):
         lines = [json.dumps({"header": {"n": cell.n, "b_problem": cell.b_problem}})]
@@ -178,23 +180,25 @@ class FakeExecutor:
         (run_dir / runner.RUN_LOG).write_text("\n".join(lines) + "\n")
 
     def poll(self, handle):
-        cell = handle["cell"]
-        handle["polls"] += 1
+        cell = handle.cell
         if self.interrupt_at == cell.id:
-            self._write(cell, handle["run_dir"], 1)
+            self._write(cell, handle.run_dir, 1)
             raise runner.Interrupted(signal.SIGTERM)
         if cell.id in self.fail:
             return runner.Outcome(False, "verl exited with status 1", 1)
-        self._write(cell, handle["run_dir"], cell.steps - (1 if cell.id in self.short else 0))
+        self._write(cell, handle.run_dir, cell.steps - (1 if cell.id in self.short else 0))
         return runner.Outcome(True, returncode=0)
 
     def stop(self, handle):
-        self.stopped.append(handle["cell"].id)
+        self.stopped.append(handle.cell.id)
 
     def finish(self, handle):
         pass
 
-    def reattach(self, record):
+    def connect(self):
+        pass
+
+    def reattach(self, record, run_dir):
         return None
 
 
@@ -282,7 +286,7 @@ def test_too_small_and_too_big_cells_are_skipped_with_a_reason(tmp_path):
 
 def test_missing_data_file_is_reported(tmp_path):
     plan = _plan(tmp_path, data={"train_files": "nope.parquet", "val_files": "nope.parquet"})
-    with pytest.raises(runner.SweepError, match="nope.parquet does not exist"):
+    with pytest.raises(PlanError, match="nope.parquet does not exist"):
         _sweep(plan, FakeExecutor())
 
 
@@ -307,20 +311,21 @@ def test_unreachable_ray_address_fails_fast():
     import time
 
     start = time.monotonic()
+    executor = runner.RayJobExecutor(runner.RayOptions("127.0.0.1:9"))  # building it connects to nothing
     with pytest.raises(runner.SweepError, match="cannot reach a Ray cluster at http://127.0.0.1:9"):
-        runner.RayJobExecutor("127.0.0.1:9", 2)
+        executor.connect()
     assert time.monotonic() - start < 5
     with pytest.raises(runner.SweepError, match="dashboard's HTTP address"):
-        runner.RayJobExecutor("ray://127.0.0.1:10001", 2)
+        runner.RayOptions("ray://127.0.0.1:10001")
 
 
 def test_ray_job_entrypoints():
     plan = parse_plan({"recipe": "cpu_demo", "budget_rollouts": 8, "b_problem": [2], "n": [4]})
-    executor = object.__new__(runner.RayJobExecutor)  # no cluster needed to build the command
-    executor.python, executor.mode = "python", "private"
+    executor = runner.RayJobExecutor(runner.RayOptions("127.0.0.1:8265", mode="private"))  # no cluster needed
     command = executor.entrypoint(plan, ["a=1", "b=x y"])
     assert command == "RAY_ADDRESS=local python -m verl_isocompute.main --config-name cpu_demo a=1 'b=x y'"
-    executor.mode = "join"
+    executor = runner.RayJobExecutor(runner.RayOptions("127.0.0.1:8265", max_concurrent=4, mode="join"))
+    assert executor.max_concurrent == 1  # one verl run per cluster at a time in join mode
     assert executor.entrypoint(plan, ["a=1"]).endswith(
         "a=1 ++ray_kwargs.ray_init.num_cpus=null ++ray_kwargs.ray_init.num_gpus=null")
 

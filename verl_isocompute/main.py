@@ -8,6 +8,10 @@ resolves to the same config (docs/STOCK_VERL.md); this entry point adds the CPU 
 (``VERL_PLATFORM=cpu`` must be set before verl is imported) and checks before Ray starts.
 
 Overrides work as in verl (``actor_rollout_ref.rollout.n=8``); new keys need ``+key=value``.
+
+SIGTERM or SIGINT (Ctrl-C) stops the run: the Ray instance it started is shut down (no verl or Ray
+process is left), the run directory is kept, and the exit status is 128 + the signal number (143, 130)
+with one line saying what was kept.
 """
 
 from __future__ import annotations
@@ -38,8 +42,16 @@ def run(cfg: DictConfig) -> None:
 
 @hydra.main(config_path="pkg://verl_isocompute.recipes", config_name="cpu_demo", version_base=None)
 def main(cfg: DictConfig) -> None:
+    from verl_isocompute.workflow import launch
+
     try:
-        run(cfg)
+        with launch.stopping_ray():
+            run(cfg)
+    except launch.Interrupted as exc:
+        launch.shutdown_ray()
+        print(f"isocompute: stopped by {exc}; verl and its Ray processes are stopped; kept the run directory "
+              f"{cfg.isocompute.run_dir} (its run log has the steps finished so far)", file=sys.stderr, flush=True)
+        sys.exit(exc.exit_code)
     except RecipeError as exc:
         print(f"isocompute: error: {exc}", file=sys.stderr)
         sys.exit(2)

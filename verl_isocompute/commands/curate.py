@@ -9,15 +9,14 @@ Samples are cached per problem (samples.jsonl): rerun the same command to resume
 curation, or to re-cut the sets with other thresholds without sampling again.
 
 Trailing key=value arguments are verl-style overrides of the recipe (e.g. the reward function).
-Exit status: 0 done; 2 bad input or settings (nothing sampled).
+Exit status: 0 done; 2 bad input or settings (nothing sampled); 128 + signal number when stopped by
+SIGTERM / SIGINT (Ray is shut down; what was sampled stays cached).
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import time
 from pathlib import Path
 
 PROG = "isocompute curate"
@@ -86,154 +85,45 @@ def _error(message: str) -> int:
     return 2
 
 
-def _recipe_overrides(args: argparse.Namespace) -> list[str]:
-    from verl_isocompute.cpu.models import MODEL_NAMES
+def settings_from_args(args: argparse.Namespace):
+    """The command line as a :class:`~verl_isocompute.workflow.curate.CurateSettings`."""
+    from verl_isocompute.workflow import curate as c
 
-    out = list(args.overrides)
-    if args.model in MODEL_NAMES:
-        out.append(f"isocompute.model={args.model}")
-    elif args.model:
-        out += ["isocompute.model=null", f"actor_rollout_ref.model.path={Path(args.model).expanduser().absolute()}"]
-    if args.rollout:
-        out.append(f"actor_rollout_ref.rollout.name={args.rollout}")
-    out += [
-        f"actor_rollout_ref.rollout.temperature={args.temperature}",
-        f"actor_rollout_ref.rollout.top_p={args.top_p}",
-        f"actor_rollout_ref.rollout.top_k={args.top_k}",
-    ]
-    if args.max_response_length is not None:
-        out.append(f"data.max_response_length={args.max_response_length}")
-    return out
+    return c.CurateSettings(
+        out=args.out, data=tuple(args.data or ()), generate=args.generate, size=args.size,
+        gen_args=dict(args.gen_arg), recipe=args.recipe, model=args.model, rollout=args.rollout, k=args.k,
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+        max_response_length=args.max_response_length,
+        thresholds=c.Thresholds(args.easy, args.hard, args.very_easy, args.extremely_hard_max_pass),
+        mixture_size=args.mixture_size, sets=tuple(s.strip() for s in args.sets.split(",") if s.strip()),
+        val_size=args.val_size, max_val_fraction=args.max_val_fraction, seed=args.seed,
+        concurrency=args.concurrency, ray_address=args.ray_address, check_answers=not args.no_answer_check,
+        restart=args.restart, overrides=tuple(args.overrides),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    import pandas as pd
-
-    from verl_isocompute.training.config import RecipeError
     from verl_isocompute.workflow import curate as c
+    from verl_isocompute.workflow.launch import Interrupted
 
     try:
-        from verl_isocompute.cpu.models import ModelError
+        settings = settings_from_args(args)
+        settings.check()  # before any start-up: a bad flag costs nothing
+    except c.CurateError as exc:
+        return _error(str(exc))
 
-        thresholds = c.Thresholds(args.easy, args.hard, args.very_easy, args.extremely_hard_max_pass)
-        sets = [s.strip() for s in args.sets.split(",") if s.strip()]
-        unknown = sorted(set(sets) - set(c.SETS))
-        if unknown:
-            raise c.CurateError(f"--sets {','.join(unknown)}: choose from {','.join(c.SETS)}")
-        for flag, value in (("--k", args.k), ("--mixture-size", args.mixture_size), ("--val-size", args.val_size),
-                            ("--concurrency", args.concurrency), ("--size", args.size)):
-            if value < 1:
-                raise c.CurateError(f"{flag} must be at least 1, got {value}")
-        if not 0 < args.max_val_fraction < 1:
-            raise c.CurateError(f"--max-val-fraction must be in (0, 1), got {args.max_val_fraction}")
-        if args.data:
-            df = c.load_parquet(args.data)
-            source = {"data": [str(Path(p).absolute()) for p in args.data]}
-        else:
-            df = c.generate(args.generate, args.size, args.seed, **dict(args.gen_arg))
-            source = {"generate": args.generate, "size": args.size, "seed": args.seed, **dict(args.gen_arg)}
+    from verl_isocompute.cpu.models import ModelError
+    from verl_isocompute.training.config import RecipeError
 
-        # screen first: a dataset with nothing usable fails before any model or recipe is touched
-        problems, skipped = c.screen(df, check_answers=not args.no_answer_check)
-        if problems.empty:
-            raise c.CurateError(f"no usable problem among {len(df)}: {skipped['reason'].value_counts().to_dict()}")
-
-        from verl_isocompute.training.config import (
-            compose_recipe,
-            prepare_model,
-            prepare_platform,
-        )
-
-        cfg = compose_recipe(args.recipe, _recipe_overrides(args))
-        prepare_platform(cfg)
-        prepare_model(cfg)
-        # As in main.run: register our plugin now that VERL_PLATFORM is final (verl swallows a plugin
-        # that failed while verl was being imported, e.g. through verl_isocompute.cpu.models).
-        from verl_isocompute.plugin import register_all
-
-        register_all()
-        rollout = cfg.actor_rollout_ref.rollout
-        reward = cfg.reward.get("custom_reward_function") or {}
-        settings = {
-            "model": str(cfg.actor_rollout_ref.model.path), "rollout": str(rollout.name), "k": args.k,
-            "temperature": float(rollout.temperature), "top_p": float(rollout.top_p), "top_k": int(rollout.top_k),
-            "max_response_length": int(rollout.response_length),
-            "reward": f"{reward.get('path')}:{reward.get('name')}" if reward.get("path") else "verl_isocompute.training.reward:compute_score",
-        }
-        cache = c.SampleCache(args.out, settings, restart=args.restart)
+    try:
+        summary = c.curate(settings)
     except (c.CurateError, RecipeError, ModelError) as exc:
         return _error(str(exc))
-    print(f"[curate] {len(df)} problems: {len(problems)} usable, {len(skipped)} skipped"
-          + (f" ({skipped['reason'].value_counts().to_dict()})" if len(skipped) else ""), file=sys.stderr)
-    records = cache.load()
-    pending_rows = problems[~problems["problem_id"].isin(records)]
-    print(f"[curate] {len(problems) - len(pending_rows)} cached, {len(pending_rows)} to sample "
-          f"(k = {args.k}, {settings['rollout']} rollout, model {settings['model']})", file=sys.stderr)
-    too_long = []
-    if len(pending_rows):
-        too_long = _sample(cfg, args, pending_rows, cache, records)
-        if too_long is None:
-            return 130
-    else:
-        cache.close()
-    if too_long:
-        skipped = pd.concat([skipped, pd.DataFrame(too_long)], ignore_index=True)
-    problems = problems[problems["problem_id"].isin(records)].reset_index(drop=True)
-    difficulty = c.difficulty_table(problems, records, args.k)
-    summary = c.write_outputs(
-        args.out, problems, difficulty, skipped, {**settings, "source": source}, thresholds,
-        mixture_size=args.mixture_size, sets=sets, val_size=args.val_size,
-        max_val_fraction=args.max_val_fraction, seed=args.seed,
-    )
+    except Interrupted as exc:
+        print(f"{PROG}: stopped by {exc}; Ray is stopped; kept the samples taken so far in "
+              f"{settings.out / c.SAMPLES_FILE}: rerun the same command to resume", file=sys.stderr)
+        return exc.exit_code
     print(f"[curate] splits: {summary['splits']}", file=sys.stderr)
     print(f"[curate] mixtures: { {k: v['size'] for k, v in summary['mixtures'].items()} }", file=sys.stderr)
     print(f"wrote {args.out}/report.md, difficulty.parquet, difficulty.png, splits/, mixtures/, sets/")
     return 0
-
-
-def _sample(cfg, args, pending_rows, cache, records) -> list[dict] | None:
-    """Sample the pending problems into the cache; returns the too-long skips, or None if interrupted."""
-    from tqdm import tqdm
-
-    from verl_isocompute.workflow import curate as c
-    from verl_isocompute.workflow.rollouts import KSampler, ProblemTooLong, sample
-
-    sampler = KSampler(cfg, args.k, args.concurrency)
-    ready, too_long = [], []
-    for row in pending_rows.to_dict("records"):
-        messages = c.messages_of(row["prompt"])
-        try:
-            prompt_ids = sampler.prompt_ids(messages)
-        except ProblemTooLong as exc:
-            too_long.append({"row": -1, "reason": "prompt longer than data.max_prompt_length",
-                             "detail": f"{row['problem_id']}: {exc}"})
-            continue
-        ready.append({
-            "problem_id": row["problem_id"], "messages": messages, "prompt_ids": prompt_ids,
-            "ground_truth": c.ground_truth_of(row["reward_model"]), "data_source": row.get("data_source"),
-            "extra_info": c._plain(row.get("extra_info")),
-        })
-    if not ready:
-        return too_long
-    bar = tqdm(total=len(ready), unit="problem", desc=f"sampling k={args.k}", file=sys.stderr, dynamic_ncols=True)
-
-    def done(record: dict) -> None:
-        cache.append(record)
-        records[record["id"]] = record
-        bar.update(1)
-
-    # SIGTERM ends the curation like Ctrl-C: Ray is shut down and what was sampled stays cached.
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    started = time.perf_counter()
-    try:
-        sample(sampler, ready, done, ray_address=args.ray_address)
-    except KeyboardInterrupt:
-        print(f"\n{PROG}: interrupted; {bar.n} problems sampled this time are cached in {cache.path}: "
-              "rerun the same command to resume", file=sys.stderr)
-        return None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        bar.close()
-        cache.close()
-    print(f"[curate] sampled {len(ready)} problems x {args.k} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    return too_long

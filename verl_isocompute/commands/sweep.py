@@ -42,99 +42,58 @@ def _error(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from verl_isocompute.training.config import RecipeError
     from verl_isocompute.workflow.sweep.plan import PlanError, describe, load_plan
+    from verl_isocompute.workflow.sweep.preflight import preflight
+    from verl_isocompute.workflow.sweep.state import SweepError
 
     try:
         plan = load_plan(args.plan)
         if args.sweep_dir is not None:
             plan = replace(plan, sweep_dir=str(args.sweep_dir.absolute()))
-        if args.max_concurrent is not None:
-            if args.max_concurrent < 1:
-                raise PlanError(f"--max-concurrent must be at least 1, got {args.max_concurrent}")
-            plan = replace(plan, ray={**plan.ray, "max_concurrent": args.max_concurrent})
-    except PlanError as exc:
+        if args.max_concurrent is not None and args.max_concurrent < 1:
+            raise PlanError(f"--max-concurrent must be at least 1, got {args.max_concurrent}")
+        # the whole plan, before the first cell (and in a dry run): data, recipe, overrides, fit and ray
+        checked = preflight(plan)
+    except (PlanError, RecipeError, SweepError) as exc:
         return _error(str(exc))
     print(describe(plan))
     if args.dry_run:
         return 0
-    return _run_sweep(plan, args)
+    return _run_sweep(plan, checked, args)
 
 
-def _batch_check(cfg):
-    """The recipe's fixed micro-batch sizes, as a per-cell check (see plan.micro_batch_issue)."""
-    from omegaconf import OmegaConf
-
-    from verl_isocompute.workflow.sweep.plan import micro_batch_issue
-
-    def get(key, default=None):
-        return OmegaConf.select(cfg, key, default=default)
-
-    sizes = {}
-    if not get("actor_rollout_ref.actor.use_dynamic_bsz", False):
-        sizes["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = get("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
-    if not get("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", False):
-        sizes["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] = get("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu")
-    uses_ref = get("actor_rollout_ref.actor.use_kl_loss", False) or get("algorithm.use_kl_in_reward", False)
-    if uses_ref and not get("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", False):
-        sizes["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = get("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu")
-    world = int(get("trainer.n_gpus_per_node", 1)) * int(get("trainer.nnodes", 1))
-    return lambda cell: micro_batch_issue(cell, world, sizes)
-
-
-def _configure_ray(executor, plan, cfg) -> None:
-    """Private or joined Ray instances per cell, the GPUs a cell reserves, the workers' environment."""
-    from verl_isocompute.workflow.sweep import runner
-
-    nnodes = int(cfg.trainer.get("nnodes", 1) or 1)
-    mode = plan.ray.get("mode", "auto")
-    if mode == "auto":
-        mode = "private" if nnodes == 1 else "join"
-    if mode == "private" and nnodes > 1:
-        raise runner.SweepError(f"ray.mode=private runs a cell on one node, but the recipe has trainer.nnodes={nnodes}; use ray.mode: join")
-    executor.mode = mode
-    executor.num_gpus = plan.ray.get("num_gpus", int(cfg.trainer.n_gpus_per_node) * nnodes)
-    executor.num_cpus = plan.ray.get("num_cpus", 1)
-    if mode == "join":
-        if executor.max_concurrent > 1:
-            print("[sweep] ray.mode=join: cells run one at a time (verl's TransferQueue controller is global to a "
-                  "Ray cluster, so two verl runs cannot share one)", file=sys.stderr)
-        executor.max_concurrent = 1
-        if cfg.get("isocompute", {}).get("platform") == "cpu":
-            # main sets this in the job's driver; the cluster's workers only see the job's runtime_env
-            executor.env_vars.setdefault("VERL_PLATFORM", "cpu")
-    print(f"[sweep] submitting to the Ray cluster at {executor.address} ({mode} Ray instance per cell, "
-          f"{executor.num_gpus} GPU(s) each), {executor.max_concurrent} at a time", file=sys.stderr)
-
-
-def _run_sweep(plan, args: argparse.Namespace) -> int:
+def _run_sweep(plan, checked, args: argparse.Namespace) -> int:
     import signal
 
-    from verl_isocompute.training.config import RecipeError, compose_recipe
     from verl_isocompute.workflow.sweep import runner
-    from verl_isocompute.workflow.sweep.plan import PlanError, cell_overrides
+    from verl_isocompute.workflow.sweep.executors import LocalExecutor, RayJobExecutor
+    from verl_isocompute.workflow.sweep.plan import PlanError
+    from verl_isocompute.workflow.sweep.preflight import ray_options
 
     sweep_dir = Path(plan.sweep_dir)
     address = args.ray_address or plan.ray.get("address")
     try:
-        # the cluster first: an unreachable address fails in seconds, before anything else is done
-        executor = runner.RayJobExecutor(address, plan.ray["max_concurrent"], plan.ray.get("python", "python"),
-                                         plan.ray.get("env_vars")) if address else runner.LocalExecutor()
+        if address:
+            options = ray_options(plan, checked.cfg, address, args.max_concurrent)
+            executor = RayJobExecutor(options)
+            executor.connect()  # an unreachable cluster fails in seconds, before anything is written
+            print(f"[sweep] submitting to the Ray cluster at {options.address} ({options.mode} Ray instance per cell, "
+                  f"{options.num_gpus} GPU(s) each), {executor.max_concurrent} at a time", file=sys.stderr)
+        else:
+            executor = LocalExecutor()
         if args.restart:
             runner.clear_sweep(sweep_dir)
-        # Compose the first cell's config once: a typo in the plan's overrides fails here, not in every cell.
-        first = plan.runnable()[0]
-        cfg = compose_recipe(plan.recipe, cell_overrides(plan, first, sweep_dir / runner.CELLS_DIR / first.id))
-        if address:
-            _configure_ray(executor, plan, cfg)
-        sweep = runner.Sweep(plan, executor, progress=not args.no_progress, cell_check=_batch_check(cfg))
-    except (PlanError, RecipeError, runner.SweepError) as exc:
+        sweep = runner.Sweep(plan, executor, progress=not args.no_progress, cell_check=checked.cell_check)
+    except (PlanError, runner.SweepError) as exc:
         return _error(str(exc))
 
     try:
         summary = sweep.run()
     except runner.Interrupted as exc:
-        print(f"{PROG}: stopped by {exc}; state saved in {sweep.state.path}: rerun the same command to resume", file=sys.stderr)
-        return 128 + exc.signum
+        print(f"{PROG}: stopped by {exc}; the running cells and their Ray processes are stopped; kept the sweep "
+              f"state {sweep.state.path} and the finished cells: rerun the same command to resume", file=sys.stderr)
+        return exc.exit_code
     except runner.SweepError as exc:
         return _error(str(exc))
 

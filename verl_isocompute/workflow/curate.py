@@ -18,9 +18,13 @@ shrinks so the proportions still hold, and the report names the limiting pool. E
 into train and validation problems (disjoint; the paper holds out 300, fewer for small sets: at most
 ``max_val_fraction`` of the set).
 
-This module is the part without verl: loading problems, screening them, the per-problem sample cache,
-the difficulty table, splits, mixtures, the histogram (the paper's Figure 2) and the report. Sampling
-with verl's rollout servers is :mod:`verl_isocompute.workflow.rollouts`; the command is ``isocompute curate``.
+This module holds the curation as a library: :class:`CurateSettings` (every choice, checked by
+:meth:`CurateSettings.check` before anything starts) and :func:`curate` (the whole pipeline, callable from
+a notebook), plus its parts that need no verl: loading problems, screening them, the per-problem sample
+cache, the difficulty table, splits, mixtures, the histogram (the paper's Figure 2) and the report.
+Sampling with verl's rollout servers is :mod:`verl_isocompute.workflow.rollouts` (imported only when
+there is something to sample); the command ``isocompute curate`` only parses its arguments into a
+:class:`CurateSettings`.
 
 A problem's id is a hash of its prompt and ground truth, so the cache (``samples.jsonl``, one line per
 sampled problem, appended as problems finish) survives reordering and lets an interrupted curation
@@ -34,9 +38,9 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -505,3 +509,209 @@ def render_report(summary: dict[str, Any], settings: dict[str, Any], skipped: pd
     lines += ["", "Files: difficulty.parquet, splits/*.parquet, mixtures/*.parquet, sets/<set>/{train,val}.parquet, "
               "difficulty.png, skipped.parquet, samples.jsonl (the per-problem cache), curation.json (its settings).", ""]
     return "\n".join(lines)
+
+
+# --- the whole curation -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CurateSettings:
+    """Every choice of a curation; ``isocompute curate --help`` describes each (same names, ``-`` for ``_``).
+
+    Exactly one source: ``data`` (verl parquet files) or ``generate`` (a reasoning-gym task, ``size``
+    problems, ``gen_args``). ``model`` / ``rollout`` / ``max_response_length`` of None keep the recipe's.
+    """
+
+    out: Path
+    data: tuple[str, ...] = ()
+    generate: str | None = None
+    size: int = 200
+    gen_args: dict[str, Any] = field(default_factory=dict)
+    recipe: str = "cpu_demo"
+    model: str | None = None
+    rollout: str | None = None
+    k: int = DEFAULT_K
+    temperature: float = DEFAULT_TEMPERATURE
+    top_p: float = 1.0
+    top_k: int = -1
+    max_response_length: int | None = None
+    thresholds: Thresholds = Thresholds()
+    mixture_size: int = DEFAULT_MIXTURE_SIZE
+    sets: tuple[str, ...] = SETS
+    val_size: int = DEFAULT_VAL_SIZE
+    max_val_fraction: float = DEFAULT_MAX_VAL_FRACTION
+    seed: int = 0
+    concurrency: int = 64
+    ray_address: str | None = None
+    check_answers: bool = True
+    restart: bool = False
+    overrides: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        """Raise :class:`CurateError` naming the flag and the fix; cheap, before any model or Ray start-up."""
+        if bool(self.data) == bool(self.generate):
+            raise CurateError("give exactly one source: --data FILE.parquet ... or --generate TASK")
+        out = Path(self.out)
+        if out.exists() and not out.is_dir():
+            raise CurateError(f"--out {out} is a file; give a directory (it is created if needed)")
+        unknown = sorted(set(self.sets) - set(SETS))
+        if unknown or not self.sets:
+            raise CurateError(f"--sets {','.join(unknown) or '(empty)'}: choose from {','.join(SETS)}")
+        for flag, value in (("--k", self.k), ("--mixture-size", self.mixture_size), ("--val-size", self.val_size),
+                            ("--concurrency", self.concurrency), ("--size", self.size)):
+            if value < 1:
+                raise CurateError(f"{flag} must be at least 1, got {value}")
+        if not 0 < self.max_val_fraction < 1:
+            raise CurateError(f"--max-val-fraction must be in (0, 1), got {self.max_val_fraction}")
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise CurateError(f"--temperature must be > 0 (avg@k needs k different samples; the paper: 0.6), "
+                              f"got {self.temperature}")
+        if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
+            raise CurateError(f"--top-p must be in (0, 1] (1 = off), got {self.top_p}")
+        if self.top_k != -1 and self.top_k < 1:
+            raise CurateError(f"--top-k must be -1 (off) or at least 1, got {self.top_k}")
+        if self.max_response_length is not None and self.max_response_length < 1:
+            raise CurateError(f"--max-response-length must be at least 1 token, got {self.max_response_length}")
+
+    def recipe_overrides(self) -> list[str]:
+        """The verl overrides these settings put on the recipe (model, rollout backend, sampling)."""
+        from verl_isocompute.cpu.models import MODEL_NAMES
+
+        out = list(self.overrides)
+        if self.model in MODEL_NAMES:
+            out.append(f"isocompute.model={self.model}")
+        elif self.model:
+            out += ["isocompute.model=null", f"actor_rollout_ref.model.path={Path(self.model).expanduser().absolute()}"]
+        if self.rollout:
+            out.append(f"actor_rollout_ref.rollout.name={self.rollout}")
+        out += [
+            f"actor_rollout_ref.rollout.temperature={self.temperature}",
+            f"actor_rollout_ref.rollout.top_p={self.top_p}",
+            f"actor_rollout_ref.rollout.top_k={self.top_k}",
+        ]
+        if self.max_response_length is not None:
+            out.append(f"data.max_response_length={self.max_response_length}")
+        return out
+
+
+def _stderr(message: str) -> None:
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
+
+
+def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progress: bool = True) -> dict[str, Any]:
+    """Measure avg@k per problem and write the sets into ``settings.out``; returns the summary.
+
+    Steps: check the settings; load or generate the problems and screen them (nothing usable fails
+    before any model is touched); compose the recipe; open the sample cache (settings that differ from
+    the cached samples' are an error); sample what is not cached with verl's rollout servers; write the
+    outputs. Raises :class:`CurateError` (or the recipe's / model's own error) on bad input, and
+    :class:`~verl_isocompute.workflow.launch.Interrupted` after a SIGTERM / SIGINT once Ray is shut down
+    and the cache is closed (what was sampled stays cached: run again to resume).
+    """
+    settings.check()
+    out = Path(settings.out)
+    if settings.data:
+        df = load_parquet(settings.data)
+        source: dict[str, Any] = {"data": [str(Path(p).absolute()) for p in settings.data]}
+    else:
+        df = generate(settings.generate, settings.size, settings.seed, **settings.gen_args)
+        source = {"generate": settings.generate, "size": settings.size, "seed": settings.seed, **settings.gen_args}
+    problems, skipped = screen(df, check_answers=settings.check_answers)
+    if problems.empty:
+        raise CurateError(f"no usable problem among {len(df)}: {skipped['reason'].value_counts().to_dict()}")
+
+    from verl_isocompute.training.config import (
+        compose_recipe,
+        prepare_model,
+        prepare_platform,
+    )
+
+    cfg = compose_recipe(settings.recipe, settings.recipe_overrides())
+    prepare_platform(cfg)
+    prepare_model(cfg)
+    # As in main.run: register our plugin now that VERL_PLATFORM is final (verl swallows a plugin
+    # that failed while verl was being imported, e.g. through verl_isocompute.cpu.models).
+    from verl_isocompute.plugin import register_all
+
+    register_all()
+    rollout = cfg.actor_rollout_ref.rollout
+    reward = cfg.reward.get("custom_reward_function") or {}
+    cached_with = {
+        "model": str(cfg.actor_rollout_ref.model.path), "rollout": str(rollout.name), "k": settings.k,
+        "temperature": float(rollout.temperature), "top_p": float(rollout.top_p), "top_k": int(rollout.top_k),
+        "max_response_length": int(rollout.response_length),
+        "reward": f"{reward.get('path')}:{reward.get('name')}" if reward.get("path") else "verl_isocompute.training.reward:compute_score",
+    }
+    cache = SampleCache(out, cached_with, restart=settings.restart)
+    log(f"[curate] {len(df)} problems: {len(problems)} usable, {len(skipped)} skipped"
+        + (f" ({skipped['reason'].value_counts().to_dict()})" if len(skipped) else ""))
+    records = cache.load()
+    pending = problems[~problems["problem_id"].isin(records)]
+    log(f"[curate] {len(problems) - len(pending)} cached, {len(pending)} to sample "
+        f"(k = {settings.k}, {cached_with['rollout']} rollout, model {cached_with['model']})")
+    try:
+        too_long = _sample(cfg, settings, pending, cache, records, log, progress) if len(pending) else []
+    finally:
+        cache.close()
+    if too_long:
+        skipped = pd.concat([skipped, pd.DataFrame(too_long)], ignore_index=True)
+    problems = problems[problems["problem_id"].isin(records)].reset_index(drop=True)
+    difficulty = difficulty_table(problems, records, settings.k)
+    return write_outputs(
+        out, problems, difficulty, skipped, {**cached_with, "source": source}, settings.thresholds,
+        mixture_size=settings.mixture_size, sets=settings.sets, val_size=settings.val_size,
+        max_val_fraction=settings.max_val_fraction, seed=settings.seed,
+    )
+
+
+def _sample(cfg, settings: CurateSettings, pending: pd.DataFrame, cache: SampleCache, records: dict,
+            log: Callable[[str], None], progress: bool) -> list[dict]:
+    """Sample the pending problems into the cache; returns the problems skipped as too long."""
+    import sys
+    import time
+
+    from tqdm import tqdm
+
+    from verl_isocompute.workflow import launch
+    from verl_isocompute.workflow.rollouts import KSampler, ProblemTooLong, sample
+
+    sampler = KSampler(cfg, settings.k, settings.concurrency)
+    ready, too_long = [], []
+    for row in pending.to_dict("records"):
+        messages = messages_of(row["prompt"])
+        try:
+            prompt_ids = sampler.prompt_ids(messages)
+        except ProblemTooLong as exc:
+            too_long.append({"row": -1, "reason": "prompt longer than data.max_prompt_length",
+                             "detail": f"{row['problem_id']}: {exc}"})
+            continue
+        ready.append({
+            "problem_id": row["problem_id"], "messages": messages, "prompt_ids": prompt_ids,
+            "ground_truth": ground_truth_of(row["reward_model"]), "data_source": row.get("data_source"),
+            "extra_info": _plain(row.get("extra_info")),
+        })
+    if not ready:
+        return too_long
+    bar = tqdm(total=len(ready), unit="problem", desc=f"sampling k={settings.k}", file=sys.stderr,
+               dynamic_ncols=True, disable=not progress)
+
+    def done(record: dict) -> None:
+        cache.append(record)
+        records[record["id"]] = record
+        bar.update(1)
+
+    started = time.perf_counter()
+    # SIGTERM / Ctrl-C raise at once (also inside ray.get); Ray and its rollout servers are shut down
+    # before the exception leaves, and what was sampled stays cached.
+    try:
+        with launch.stopping_ray():
+            sample(sampler, ready, done, ray_address=settings.ray_address)
+    except launch.Interrupted:
+        launch.shutdown_ray()
+        raise
+    finally:
+        bar.close()
+    log(f"[curate] sampled {len(ready)} problems x {settings.k} in {time.perf_counter() - started:.0f} s")
+    return too_long

@@ -8,7 +8,14 @@ names the driver's Ray session (a worker that was starting while its raylet died
 and escapes both the group and the tree).
 
 :func:`deferred_signals` turns SIGTERM/SIGINT into an :class:`Interrupted` exception raised where the
-caller checks for it, so a command can stop its children and save its state before it exits.
+caller checks for it, so a command can stop its children and save its state before it exits (the demo and
+the sweep: they supervise child processes). :func:`stopping_ray` is for a process that starts Ray itself
+(``python -m verl_isocompute.main``, ``isocompute curate``): the signal raises at once, also inside
+``ray.get``, and the caller shuts its Ray instance down with :func:`shutdown_ray`. Ray's driver installs
+handlers of its own in ``ray.init`` (a C++ failure handler that aborts on SIGTERM with a stack dump, exit
+-6, and a Python one that calls ``sys.exit(15)``, which leaves the caller no way to report what it kept),
+so the context disables the first (``RAY_DISABLE_FAILURE_SIGNAL_HANDLER=1``, read by ``ray.init``) and
+puts ours back after ``ray.init`` returns.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,10 +32,17 @@ from pathlib import Path
 # How long a stopped run gets to exit on SIGTERM before its processes are killed.
 STOP_GRACE_S = 20.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RAY_FAILURE_HANDLER_ENV = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
 
 
-class Interrupted(Exception):
-    """SIGTERM or SIGINT arrived; ``exit_code`` is the shell convention 128 + signal number."""
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT arrived; ``exit_code`` is the shell convention 128 + signal number.
+
+    A :class:`KeyboardInterrupt`, hence no :class:`Exception`: verl's and Ray's ``except Exception``
+    blocks (e.g. around a worker call) must not turn a stop into a logged error and carry on; and
+    ``ray.get`` only lets a KeyboardInterrupt out of its wait (any other exception raised by a signal
+    handler there is lost until the awaited task ends).
+    """
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -64,6 +79,80 @@ def deferred_signals() -> Iterator[SignalLatch]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextmanager
+def stopping_ray() -> Iterator[SignalLatch]:
+    """Within the block SIGTERM/SIGINT raise :class:`Interrupted` at once, even after ``ray.init``.
+
+    ``ray.init`` replaces our SIGTERM handler (see the module docstring); it is wrapped for the block so
+    that our handlers are installed again when it returns. A stop inside ``ray.get`` comes out of Ray as
+    a plain KeyboardInterrupt: it leaves the block as :class:`Interrupted` with the signal received. On
+    leaving, the previous handlers, ``ray.init`` and the environment are restored; the caller then shuts
+    Ray down (:func:`shutdown_ray`).
+    """
+    import ray
+
+    latch = SignalLatch()
+
+    def handler(signum, frame) -> None:
+        latch(signum, frame)
+        raise Interrupted(signum)
+
+    def install() -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, handler)
+
+    ray_init = ray.init
+
+    def init_keeping_our_handlers(*args, **kwargs):
+        try:
+            return ray_init(*args, **kwargs)
+        except SystemExit as exc:
+            if exc.code != signal.SIGTERM:
+                raise
+            # SIGTERM while ray.init ran: Ray's own handler (sys.exit(15)) was in place
+            latch(signal.SIGTERM, None)
+            raise Interrupted(signal.SIGTERM) from None
+        finally:
+            install()
+
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    env_before = os.environ.get(RAY_FAILURE_HANDLER_ENV)
+    os.environ[RAY_FAILURE_HANDLER_ENV] = "1"
+    install()
+    ray.init = init_keeping_our_handlers
+    try:
+        yield latch
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Interrupted):
+            raise
+        raise Interrupted(latch.received[0] if latch.received else signal.SIGINT) from None
+    finally:
+        ray.init = ray_init
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        if env_before is None:
+            os.environ.pop(RAY_FAILURE_HANDLER_ENV, None)
+        else:
+            os.environ[RAY_FAILURE_HANDLER_ENV] = env_before
+
+
+def shutdown_ray() -> None:
+    """Stop the Ray instance this process started (``ray.shutdown``), then any of its processes still alive."""
+    import ray
+
+    # a second signal while Ray shuts down must not cut the shutdown short
+    with deferred_signals():
+        try:
+            ray.shutdown()
+        finally:
+            _kill(ray_session_processes(os.getpid()))
+
+
+def main_command(recipe: str, overrides: list[str] | tuple[str, ...], python: str = sys.executable) -> list[str]:
+    """The command line of one verl run of ``recipe``: ``python -m verl_isocompute.main --config-name ...``."""
+    return [python, "-m", "verl_isocompute.main", "--config-name", recipe, *overrides]
 
 
 def start(cmd: list[str], log_path: str | os.PathLike, env: dict[str, str] | None = None) -> subprocess.Popen:

@@ -7,8 +7,10 @@ cell gets the same sampling budget C (rollouts), so a cell runs M = floor(C / (B
 the budget left over (less than one step) is not spent. A cell whose budget does not pay for one step is
 reported and skipped; the others run.
 
-This module is pure Python (PyYAML only): ``isocompute sweep --dry-run`` and the tests use it without
-verl. The YAML schema (documented in docs/WORKFLOW.md)::
+This module is pure Python (PyYAML; the fit's options from :mod:`verl_isocompute.scaling.pipeline`):
+``isocompute sweep --dry-run`` and the tests use it without verl or torch. :func:`parse_plan` checks
+every field, the ``fit:`` block by building the fit's own :class:`FitOptions`, and the ``ray:`` block;
+:func:`check_data_files` that the data files exist. The YAML schema (documented in docs/WORKFLOW.md)::
 
     name: pilot-easy                  # default: the plan file's name
     recipe: cpu_demo                  # one of our hydra recipes (python -m verl_isocompute.main --config-name)
@@ -22,7 +24,7 @@ verl. The YAML schema (documented in docs/WORKFLOW.md)::
     test_freq: null                   # or a fixed trainer.test_freq for every cell
     sweep_dir: runs/pilot-easy        # default runs/<name>
     fit: {metric: val/avg@4, compute: rollouts, group_by: n, bootstrap: 200}
-    ray: {address: null, max_concurrent: 2, mode: auto, python: python}
+    ray: {address: null, max_concurrent: 2, mode: auto, python: python, env_vars: {}, num_gpus: null, num_cpus: 1}
 
 Relative paths (data files, sweep_dir) are relative to the plan file's directory. The learning rate is
 the recipe's: its LR rule (``isocompute.lr``, lr = base_lr * sqrt(B_problem * n / 1024)) gives every cell
@@ -47,7 +49,6 @@ PAPER_N: tuple[int, ...] = tuple(2**i for i in range(3, 12))  # 8 .. 2048
 PAPER_B_MAX = {"easy": 65_536, "hard": 16_384}
 DEFAULT_VAL_POINTS = 8
 DEFAULT_MAX_CONCURRENT = 2
-COMPUTE_UNITS = ("rollouts", "tokens")
 
 # Keys every cell sets itself: a plan must not override them (the cell's value would silently lose or win).
 CELL_KEYS = (
@@ -66,6 +67,7 @@ _TOP_KEYS = {
 }
 _FIT_KEYS = {f.name for f in fields(FitOptions)}  # a plan's fit: block is isocompute fit's options
 _RAY_KEYS = {"address", "max_concurrent", "python", "env_vars", "mode", "num_gpus", "num_cpus"}
+RAY_PLAN_MODES = ("auto", "private", "join")
 
 
 class PlanError(ValueError):
@@ -181,9 +183,20 @@ def _values(name: str, values: Any, minimum: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+def _number(value: Any) -> Any:
+    """A number written as YAML 1.1 reads it: ``1e6`` (no dot) is a string there, ``1.0e6`` a float."""
+    if isinstance(value, str):
+        try:
+            return float(value.strip().replace("_", ""))
+        except ValueError:
+            return value
+    return value
+
+
 def _positive_int(name: str, value: Any, allow_none: bool = False) -> int | None:
     if value is None and allow_none:
         return None
+    value = _number(value)
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # YAML reads 6.5e4 as a float
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -251,18 +264,12 @@ def parse_plan(raw: Any, base_dir: str | os.PathLike = ".", default_name: str = 
     val_points = _positive_int("val_points", raw.get("val_points", DEFAULT_VAL_POINTS))
     test_freq = _positive_int("test_freq", raw.get("test_freq"), allow_none=True)
 
-    fit = dict(raw.get("fit") or {})
-    if set(fit) - _FIT_KEYS:
-        raise PlanError(f"unknown fit key(s) {sorted(set(fit) - _FIT_KEYS)}; known: {sorted(_FIT_KEYS)}")
-    if fit.get("compute", "rollouts") not in COMPUTE_UNITS:
-        raise PlanError(f"fit.compute={fit['compute']!r}; use rollouts or tokens")
-
-    ray_cfg = dict(raw.get("ray") or {})
-    if set(ray_cfg) - _RAY_KEYS:
-        raise PlanError(f"unknown ray key(s) {sorted(set(ray_cfg) - _RAY_KEYS)}; known: {sorted(_RAY_KEYS)}")
-    ray_cfg["max_concurrent"] = _positive_int("ray.max_concurrent", ray_cfg.get("max_concurrent", DEFAULT_MAX_CONCURRENT))
-    if ray_cfg.get("mode", "auto") not in ("auto", "private", "join"):
-        raise PlanError(f"ray.mode={ray_cfg['mode']!r}: use auto, private (each cell its own Ray instance) or join")
+    fit = raw.get("fit") or {}
+    if not isinstance(fit, dict):
+        raise PlanError(f"fit must be a mapping of isocompute fit's options, e.g. fit: {{bootstrap: 0}}, got {fit!r}")
+    fit = dict(fit)
+    fit_options(fit)  # the fit's own checks, now rather than after every cell has trained
+    ray_cfg = _ray_block(raw.get("ray"))
 
     sweep_dir = Path(os.path.expanduser(str(raw.get("sweep_dir") or f"runs/{name}")))
     sweep_dir = sweep_dir if sweep_dir.is_absolute() else base / sweep_dir
@@ -282,9 +289,68 @@ def parse_plan(raw: Any, base_dir: str | os.PathLike = ".", default_name: str = 
     return plan
 
 
+def fit_options(values: dict[str, Any]) -> FitOptions:
+    """A plan's ``fit:`` block as the :class:`FitOptions` ``isocompute fit`` builds from its flags, checked."""
+    from verl_isocompute.scaling.errors import ScalingError
+
+    unknown = sorted(set(values) - _FIT_KEYS)
+    if unknown:
+        raise PlanError(f"unknown fit key(s) {unknown}; known: {sorted(_FIT_KEYS)}")
+    options = FitOptions.from_dict(values)
+    try:
+        options.check()  # the fit's own value checks, the same as `isocompute fit` runs on its flags
+    except ScalingError as exc:
+        raise PlanError(f"fit: {exc} (plan keys are the flags' names with _, e.g. group_by)") from None
+    return options
+
+
+def _ray_block(raw: Any) -> dict[str, Any]:
+    """The ``ray:`` block, checked (how each key is used: :class:`~.executors.RayOptions`)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise PlanError(f"ray must be a mapping such as ray: {{address: http://head:8265, max_concurrent: 2}}, got {raw!r}")
+    ray_cfg = dict(raw)
+    unknown = sorted(set(ray_cfg) - _RAY_KEYS)
+    if unknown:
+        raise PlanError(f"unknown ray key(s) {unknown}; known: {sorted(_RAY_KEYS)}")
+    ray_cfg["max_concurrent"] = _positive_int("ray.max_concurrent", ray_cfg.get("max_concurrent", DEFAULT_MAX_CONCURRENT))
+    if ray_cfg.get("mode", "auto") not in RAY_PLAN_MODES:
+        raise PlanError(f"ray.mode={ray_cfg['mode']!r}: use auto, private (each cell its own Ray instance) or join")
+    for key in ("address", "python"):
+        value = ray_cfg.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise PlanError(f"ray.{key} must be a string, got {value!r}")
+    env_vars = ray_cfg.get("env_vars")
+    if env_vars is not None:
+        if not isinstance(env_vars, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float, bool))
+                                                     and not isinstance(v, dict) for k, v in env_vars.items()):
+            raise PlanError(f"ray.env_vars must map names to values, e.g. env_vars: {{HF_HOME: /data/hf}}, got {env_vars!r}")
+        ray_cfg["env_vars"] = {k: str(v) for k, v in env_vars.items()}
+    for key in ("num_gpus", "num_cpus"):
+        value = _number(ray_cfg.get(key))
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0):
+            raise PlanError(f"ray.{key} must be a number >= 0 or null, got {ray_cfg.get(key)!r}")
+        if key in ray_cfg:
+            ray_cfg[key] = value
+    return ray_cfg
+
+
+def check_data_files(plan: Plan) -> None:
+    """Every data file of the plan is a file (before the first cell, and in a dry run)."""
+    for name, files in (("train_files", plan.train_files), ("val_files", plan.val_files)):
+        for f in files:
+            if not Path(f).is_file():
+                what = "is a directory" if Path(f).is_dir() else "does not exist"
+                raise PlanError(f"data file {f} {what}; fix data.{name} in {plan.source or 'the plan'} "
+                                "(relative paths are relative to the plan file)")
+
+
 def load_plan(path: str | os.PathLike) -> Plan:
     """Read and validate a plan file."""
     path = Path(path)
+    if path.is_dir():
+        raise PlanError(f"plan {path} is a directory; pass the plan's YAML file (--plan DIR/plan.yaml)")
     if not path.is_file():
         raise PlanError(f"plan file {path} does not exist")
     try:

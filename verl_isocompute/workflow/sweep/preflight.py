@@ -1,0 +1,127 @@
+"""Everything a sweep checks before its first cell trains, also in ``--dry-run``, without verl or torch.
+
+:func:`preflight` turns a parsed plan (:func:`.plan.load_plan` already checked its fields, its ``fit:``
+and ``ray:`` blocks) into a :class:`Preflight`: the data files exist and are counted, the recipe composes
+with the plan's overrides and the first cell's shape (a typo in an override fails here, not in every
+cell), and the recipe's micro-batch sizes give a per-cell check. The recipe is composed with verl's
+config directory found on disk (``importlib.util.find_spec`` does not import verl): hydra's
+``pkg://verl.trainer.config`` would import verl, and with it torch, for a YAML file.
+:func:`ray_options` resolves the plan's ``ray:`` block against the recipe for :class:`~.executors.RayJobExecutor`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from verl_isocompute.workflow.sweep.executors import RayOptions
+from verl_isocompute.workflow.sweep.plan import (
+    Cell,
+    Plan,
+    cell_overrides,
+    check_data_files,
+    micro_batch_issue,
+)
+from verl_isocompute.workflow.sweep.state import CELLS_DIR, SweepError
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """A plan that passed every check: the first cell's composed config and a per-cell batch check."""
+
+    cfg: Any  # omegaconf.DictConfig
+    dataset_size: int | None
+    cell_check: Callable[[Cell], str | None]
+
+
+def compose(recipe: str, overrides: list[str]):
+    """:func:`verl_isocompute.training.config.compose_recipe` with verl's configs read from disk (no import)."""
+    from verl_isocompute.training.config import RecipeError, compose_recipe
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        return compose_recipe(recipe, overrides)
+    searchpath = f"hydra.searchpath=[file://{Path(spec.submodule_search_locations[0]) / 'trainer' / 'config'}]"
+    try:
+        return compose_recipe(recipe, [*overrides, searchpath])
+    except RecipeError as exc:
+        raise RecipeError(str(exc).replace(f", {searchpath!r}", "")) from None
+
+
+def dataset_size(plan: Plan) -> int | None:
+    """Training problems in the plan's data files (parquet metadata only), or None for the recipe's data."""
+    if not plan.train_files:
+        return None
+    import pyarrow.parquet as pq
+
+    check_data_files(plan)
+    total = 0
+    for f in plan.train_files:
+        try:
+            total += pq.ParquetFile(f).metadata.num_rows
+        except Exception as exc:  # pyarrow raises several types for a file that is not parquet
+            raise SweepError(f"data file {f} is not a readable parquet file ({exc}); fix data.train_files") from None
+    return total
+
+
+def batch_check(cfg) -> Callable[[Cell], str | None]:
+    """The recipe's fixed micro-batch sizes, as a per-cell check (see :func:`.plan.micro_batch_issue`)."""
+    from omegaconf import OmegaConf
+
+    def get(key, default=None):
+        return OmegaConf.select(cfg, key, default=default)
+
+    sizes = {}
+    if not get("actor_rollout_ref.actor.use_dynamic_bsz", False):
+        sizes["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = get("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
+    if not get("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", False):
+        sizes["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] = get("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu")
+    uses_ref = get("actor_rollout_ref.actor.use_kl_loss", False) or get("algorithm.use_kl_in_reward", False)
+    if uses_ref and not get("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", False):
+        sizes["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = get("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu")
+    world = int(get("trainer.n_gpus_per_node", 1)) * int(get("trainer.nnodes", 1))
+    return lambda cell: micro_batch_issue(cell, world, sizes)
+
+
+def preflight(plan: Plan) -> Preflight:
+    """Check data, recipe and overrides of ``plan``; raises PlanError / SweepError / RecipeError naming the fix."""
+    size = dataset_size(plan)
+    first = plan.runnable()[0]
+    cfg = compose(plan.recipe, cell_overrides(plan, first, Path(plan.sweep_dir) / CELLS_DIR / first.id))
+    return Preflight(cfg, size, batch_check(cfg))
+
+
+def ray_options(plan: Plan, cfg, address: str, max_concurrent: int | None = None,
+                echo: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr)) -> RayOptions:
+    """The plan's ``ray:`` block resolved against the recipe: mode, GPUs per cell, cells at once.
+
+    ``mode: auto`` is ``private`` for single-node recipes and ``join`` for multi-node ones;
+    ``num_gpus: null`` reserves the recipe's ``trainer.n_gpus_per_node x trainer.nnodes``.
+    """
+    nnodes = int(cfg.trainer.get("nnodes", 1) or 1)
+    mode = plan.ray.get("mode") or "auto"
+    if mode == "auto":
+        mode = "private" if nnodes == 1 else "join"
+    if mode == "private" and nnodes > 1:
+        raise SweepError(f"ray.mode=private runs a cell on one node, but the recipe has trainer.nnodes={nnodes}; use ray.mode: join")
+    num_gpus = plan.ray.get("num_gpus")
+    if num_gpus is None:
+        num_gpus = int(cfg.trainer.n_gpus_per_node) * nnodes
+    num_cpus = plan.ray.get("num_cpus")
+    env_vars = dict(plan.ray.get("env_vars") or {})
+    if mode == "join" and cfg.get("isocompute", {}).get("platform") == "cpu":
+        # main sets this in the job's driver; the cluster's workers only see the job's runtime_env
+        env_vars.setdefault("VERL_PLATFORM", "cpu")
+    options = RayOptions(
+        address=address, max_concurrent=max_concurrent or plan.ray["max_concurrent"],
+        python=plan.ray.get("python") or "python", env_vars=env_vars, mode=mode, num_gpus=num_gpus,
+        num_cpus=1 if num_cpus is None else num_cpus,
+    )
+    if mode == "join" and options.max_concurrent > 1:
+        echo("[sweep] ray.mode=join: cells run one at a time (verl's TransferQueue controller is global to a "
+             "Ray cluster, so two verl runs cannot share one)")
+    return options
