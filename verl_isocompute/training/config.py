@@ -4,7 +4,10 @@ Used by the entry point (:mod:`verl_isocompute.main`), the sweep and curation (w
 outside ``hydra.main`` with :func:`compose_recipe`). What :func:`prepare` resolves:
 
 - the platform: ``isocompute.platform=cpu`` selects our CPU backend (sets ``VERL_PLATFORM=cpu`` before
-  verl is imported, starts Ray with logical GPUs) and rejects GPU-only settings;
+  verl is imported, starts Ray with logical GPUs) and rejects GPU-only settings; on the CPU the dtype
+  follows ``isocompute.cpu.dtype`` (:mod:`verl_isocompute.cpu.dtype`: bf16 only where native);
+- ``isocompute.reuse_rollout_log_probs``: skip the old-log-prob pass of a fully on-policy recipe
+  (:mod:`verl_isocompute.training.on_policy`);
 - the model: ``isocompute.model=smollm2|tiny`` builds (once) and uses a built-in model; otherwise
   ``actor_rollout_ref.model.path`` is checked to be a usable local checkpoint with a chat template;
 - the data: ``isocompute.data.source=arithmetic`` generates the seeded demo problem set;
@@ -31,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from verl_isocompute.runlog import VERL_METRICS
 from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE, resolve_lr
 from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, ESTIMATORS
+from verl_isocompute.training.on_policy import prepare_reuse_rollout_log_probs
 
 # Estimators that compare samples within a group (GRPO family): a group of one has no baseline.
 GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_passk", "optimal_token_baseline",
@@ -72,6 +76,22 @@ def prepare_platform(cfg: DictConfig) -> None:
                 f"actor_rollout_ref.{role}.strategy={strategy}: on the CPU platform only fsdp2 works "
                 f"(FSDP1 needs a GPU to sync module states); set actor_rollout_ref.{role}.strategy=fsdp2"
             )
+
+
+def prepare_cpu(cfg: DictConfig, explicit_keys: set[str]) -> None:
+    """On the CPU platform: the dtype from the CPU (verl_isocompute.cpu.dtype), the workers' thread count."""
+    from verl_isocompute.cpu import cpu_selected, record_cpu_threads
+
+    if not cpu_selected():
+        return
+    from verl_isocompute.cpu.dtype import prepare_cpu_dtype
+
+    record_cpu_threads()
+
+    try:
+        prepare_cpu_dtype(cfg, explicit_keys)
+    except ValueError as exc:
+        raise RecipeError(str(exc)) from None
 
 
 def prepare_model(cfg: DictConfig) -> None:
@@ -246,6 +266,7 @@ def prepare(cfg: DictConfig, explicit_keys: set[str] | None = None) -> DictConfi
     """
     explicit_keys = explicit_keys or set()
     prepare_platform(cfg)
+    prepare_cpu(cfg, explicit_keys)
     prepare_model(cfg)
     prepare_data(cfg)
     # The allocation sets n, B_problem and the lr through the same LR rule; otherwise the rule runs here.
@@ -253,6 +274,10 @@ def prepare(cfg: DictConfig, explicit_keys: set[str] | None = None) -> DictConfi
     allocated = prepare_allocation(cfg, explicit_keys)
     check_group_size(cfg)
     prepare_lr(cfg, explicit_keys, allocated=allocated)
+    try:
+        prepare_reuse_rollout_log_probs(cfg)
+    except ValueError as exc:
+        raise RecipeError(str(exc)) from None
     prepare_run_dir(cfg)
     return cfg
 
