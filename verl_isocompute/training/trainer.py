@@ -60,6 +60,7 @@ from verl_isocompute.training.names import (
     TRAINER,
     ZERO_VARIANCE_MODES,
 )
+from verl_isocompute.training.progress import PhaseAnnouncer
 from verl_isocompute.training.regularizers import PROBE_PREFIX
 
 # What the trainer sent and the loss reports back (regularizers.PROBE_PREFIX + name), compared every step.
@@ -86,7 +87,7 @@ class ComputeCounter:
 
 
 @register_trainer(TRAINER)
-class IsoComputeTrainer(PPOTrainerSync):
+class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
     """verl's sync on-policy trainer with the IsoCompute recipe's masks, compute accounting and run log."""
 
     def __init__(self, config) -> None:
