@@ -97,3 +97,17 @@ def test_plugin_registers_whatever_is_imported_first():
             "from verl_isocompute.registrations import check_registrations; print(all(check_registrations().values()))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split()[-1] == "True"
+
+
+def test_cpu_threads_replace_rays_one_thread(monkeypatch):
+    """Ray starts workers with OMP_NUM_THREADS=1; our CPU workers use the cores (or what the user asked for)."""
+    from verl_isocompute.cpu import THREADS_ENV, cpu_threads, record_cpu_threads
+
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as in a Ray worker
+    assert cpu_threads() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv(THREADS_ENV, "3")
+    assert cpu_threads() == 3
+    monkeypatch.delenv(THREADS_ENV)
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")  # set by the user in the driver: kept for the workers
+    assert record_cpu_threads() == 5 and os.environ[THREADS_ENV] == "5"

@@ -31,7 +31,9 @@ ACTOR = "actor_rollout_ref.actor"
 
 def on_policy_problems(cfg: DictConfig) -> list[str]:
     """Why the old-log-prob pass cannot be skipped for ``cfg`` (empty: it can). Pure."""
-    sel = lambda key: OmegaConf.select(cfg, key)  # noqa: E731
+    def sel(key):
+        return OmegaConf.select(cfg, key)
+
     problems = []
     if sel(f"{ACTOR}.ppo_mini_batch_size") != sel("data.train_batch_size"):
         problems.append(f"{ACTOR}.ppo_mini_batch_size={sel(f'{ACTOR}.ppo_mini_batch_size')} differs from "

@@ -51,7 +51,7 @@ def parse_phase(line: str) -> Phase | None:
 
 def format_duration(seconds: float) -> str:
     """``41 s``, ``3 min 05 s``, ``1 h 02 min``."""
-    s = max(0, int(round(seconds)))
+    s = max(0, round(seconds))
     if s < 60:
         return f"{s} s"
     if s < 3600:
