@@ -47,7 +47,7 @@ def test_prepare_turns_the_refusal_into_a_recipe_error(monkeypatch, tmp_path):
     from verl_isocompute.training import config
 
     cfg = compose_recipe("cpu_demo", ["actor_rollout_ref.actor.ppo_epochs=2"])
-    for step in ("prepare_platform", "prepare_cpu", "prepare_model", "prepare_data", "prepare_run_dir"):
+    for step in ("prepare_platform", "prepare_model", "prepare_data", "prepare_run_dir"):
         monkeypatch.setattr(config, step, lambda *a, **k: None)
     with pytest.raises(RecipeError, match="ppo_epochs=2"):
         config.prepare(cfg)

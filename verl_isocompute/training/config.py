@@ -50,8 +50,9 @@ def _select(cfg: DictConfig, key: str, default=None):
     return OmegaConf.select(cfg, key, default=default)
 
 
-def prepare_platform(cfg: DictConfig) -> None:
-    """Select the CPU backend for this process and its Ray workers when the recipe asks for it."""
+def prepare_platform(cfg: DictConfig, explicit_keys: set[str] | frozenset[str] = frozenset()) -> None:
+    """Select the CPU backend for this process and its Ray workers when the recipe asks for it; on the CPU,
+    :func:`prepare_cpu` (``explicit_keys``: dtype keys given on the command line are kept)."""
     platform = _select(cfg, "isocompute.platform")
     if platform not in (None, "auto", "cpu"):
         raise RecipeError(f"isocompute.platform={platform!r}: use cpu, or auto to let verl detect the accelerator")
@@ -76,9 +77,10 @@ def prepare_platform(cfg: DictConfig) -> None:
                 f"actor_rollout_ref.{role}.strategy={strategy}: on the CPU platform only fsdp2 works "
                 f"(FSDP1 needs a GPU to sync module states); set actor_rollout_ref.{role}.strategy=fsdp2"
             )
+    prepare_cpu(cfg, explicit_keys)
 
 
-def prepare_cpu(cfg: DictConfig, explicit_keys: set[str]) -> None:
+def prepare_cpu(cfg: DictConfig, explicit_keys: set[str] | frozenset[str]) -> None:
     """On the CPU platform: the dtype from the CPU (verl_isocompute.cpu.dtype), the workers' thread count."""
     from verl_isocompute.cpu import cpu_selected, record_cpu_threads
 
@@ -87,7 +89,6 @@ def prepare_cpu(cfg: DictConfig, explicit_keys: set[str]) -> None:
     from verl_isocompute.cpu.dtype import prepare_cpu_dtype
 
     record_cpu_threads()
-
     try:
         prepare_cpu_dtype(cfg, explicit_keys)
     except ValueError as exc:
@@ -265,8 +266,7 @@ def prepare(cfg: DictConfig, explicit_keys: set[str] | None = None) -> DictConfi
     hook and the LR rule).
     """
     explicit_keys = explicit_keys or set()
-    prepare_platform(cfg)
-    prepare_cpu(cfg, explicit_keys)
+    prepare_platform(cfg, explicit_keys)
     prepare_model(cfg)
     prepare_data(cfg)
     # The allocation sets n, B_problem and the lr through the same LR rule; otherwise the rule runs here.
