@@ -111,3 +111,21 @@ def test_cpu_threads_replace_rays_one_thread(monkeypatch):
     monkeypatch.delenv(THREADS_ENV)
     monkeypatch.setenv("OMP_NUM_THREADS", "5")  # set by the user in the driver: kept for the workers
     assert record_cpu_threads() == 5 and os.environ[THREADS_ENV] == "5"
+
+
+def test_cpu_runtime_keeps_the_threads_past_transfer_queue():
+    """In a process started as Ray starts workers (OMP_NUM_THREADS=1), with TransferQueue imported first (it
+    remembers the thread count it saw and restores it after each tensor copy), the CPU runtime's thread count holds."""
+    code = (
+        "import os; os.environ['VERL_PLATFORM'] = 'cpu'\n"
+        "import torch, transfer_queue.utils.common as c\n"
+        "import verl\n"
+        "from verl_isocompute.cpu import apply_cpu_runtime, cpu_threads\n"
+        "apply_cpu_runtime()\n"
+        "with c.limit_pytorch_auto_parallel_threads(): pass\n"
+        "print(torch.get_num_threads(), cpu_threads())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ISOCOMPUTE_CPU_THREADS"}
+    env.update(OMP_NUM_THREADS="1", ISOCOMPUTE_CPU_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out[-2:] == ["2", "2"]

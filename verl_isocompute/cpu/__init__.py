@@ -89,6 +89,11 @@ def apply_cpu_runtime() -> None:
     import torch
 
     torch.set_num_threads(cpu_threads())
+    # TransferQueue wraps its tensor copies in a context that restores torch's thread count to the value it
+    # read when it was imported; imported before this point, that is Ray's one thread.
+    tq_common = sys.modules.get("transfer_queue.utils.common")
+    if tq_common is not None:
+        tq_common.DEFAULT_TORCH_NUM_THREADS = cpu_threads()
     import verl.utils.distributed as distributed
 
     original_init = distributed.initialize_global_process_group_ray
