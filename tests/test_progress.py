@@ -55,8 +55,8 @@ def test_announcer_prints_markers_and_hands_on_to_verl(capsys):
     t = Trainer()
     t.on_sample_begin()
     assert t._update_actor("batch", {}) == "batch"
-    t.global_steps = 5  # verl validates after the last step having already counted past it
+    t.global_steps = 4  # verl validates after step k with global_steps still k
     t.on_validate_begin()
     phases = [progress.parse_phase(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(p.step, p.name) for p in phases] == [(3, "rollout"), (3, "update"), (4, "validation")]
+    assert [(p.step, p.total, p.name) for p in phases] == [(3, 4, "rollout"), (3, 4, "update"), (4, 4, "validation")]
     assert calls == ["sample", "update", "validate"]

@@ -92,12 +92,10 @@ class PhaseAnnouncer:
 
         step = int(getattr(self, "global_steps", 0) or 0)
         total = int(getattr(self, "total_training_steps", 0) or 0)
-        if name == VALIDATION and step > total:  # verl validates after the last step with global_steps = total
-            step = total
         print(phase_marker(step, total, name, time.time()), flush=True)
 
     def on_validate_begin(self):
-        # before training verl's global_steps is 0; after step k it is still k
+        # verl's global_steps: 0 before training, k when validating after step k
         self._announce(VALIDATION)
         return super().on_validate_begin()
 
