@@ -32,7 +32,7 @@ def test_eta_counts_the_steps_left_and_the_final_validation():
     assert progress.eta_seconds([60.0], 4, 30.0, True) == 3 * 60 + 30
     assert progress.eta_seconds([60.0], 4, 30.0, False) == 180
     assert progress.eta_seconds([50.0, 70.0, 400.0], 4, None, True) == 70  # median: one slow step does not dominate
-    assert progress.eta_seconds([60.0] * 4, 4, 30.0, True) == 0  # done: the final validation is already running
+    assert progress.eta_seconds([60.0] * 4, 4, 30.0, True) == 0  # verl logs the last step after its final validation
 
 
 def test_announcer_prints_markers_and_hands_on_to_verl(capsys):

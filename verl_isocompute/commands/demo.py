@@ -113,6 +113,8 @@ def run(args) -> int:
         phase: progress.Phase | None = None
         validation_started: float | None = None
         validation_s: float | None = None
+        eta: tuple[float, float] | None = None  # (seconds left, when estimated): counts down between steps
+        last: dict = {}  # the last finished step's metrics
 
         def echo_our_lines() -> None:
             """Show our own decisions (dtype, allocation, lr) from verl's log as they appear; follow the phases."""
@@ -147,16 +149,20 @@ def run(args) -> int:
                 if not validated_before and any(r["step"] == 0 and _val_reward(r["data"]) is not None for r in rows):
                     validated_before = True
                     bar.write(f"[isocompute] validation before training: reward {_val_reward(rows[0]['data']):.3f}")
+                now = time.time()
                 if phase is not None:  # a slow machine shows what it is doing, never a frozen bar
-                    bar.set_description_str(progress.format_status(phase, time.time()), refresh=False)
+                    bar.set_description_str(progress.format_status(phase, now), refresh=False)
                 if done > bar.n:
-                    step_times = [r["data"]["timing_s/step"] for r in rows if "timing_s/step" in r["data"]]
-                    last = [r for r in rows if "timing_s/step" in r["data"]][-1]["data"]
-                    eta = progress.eta_seconds(step_times, bar.total or done, validation_s, validation_s is not None)
+                    done_rows = [r["data"] for r in rows if "timing_s/step" in r["data"]]
+                    left = progress.eta_seconds([d["timing_s/step"] for d in done_rows], bar.total or done,
+                                                validation_s, validation_s is not None)
+                    eta = (left, now) if left is not None else None
+                    last = done_rows[-1]
+                    bar.update(done - bar.n)
+                if eta is not None:
                     bar.set_postfix(reward=f"{last.get('critic/score/mean', float('nan')):.3f}",
                                     step=progress.format_duration(last["timing_s/step"]),
-                                    left=progress.format_duration(eta) if eta is not None else "?", refresh=False)
-                    bar.update(done - bar.n)
+                                    left=progress.format_duration(eta[0] - (now - eta[1])), refresh=False)
                 bar.refresh()
         except launch.Interrupted as exc:
             bar.close()
