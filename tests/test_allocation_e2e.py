@@ -44,3 +44,7 @@ def test_demo_runs_the_allocated_plan(tmp_path, capsys, isocompute_cache, tiny_m
     assert summary["steps"] == 3 and summary["rollouts"] == 96
     assert "rollouts: 96" in proc.stdout
     assert decision in proc.stdout  # the decision is shown to the user, not only written to the log
+    # the dtype choice with its reason, and progress inside the steps (phase and elapsed time, then the time left)
+    assert "[isocompute] dtype: " in proc.stdout and "isocompute.cpu.dtype=" in proc.stdout
+    for status in ("validation before training ... ", "step 1/3: ", "step 3/3: ", "left="):
+        assert status in proc.stderr, status  # tqdm's line, on stderr

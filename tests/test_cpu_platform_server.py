@@ -97,3 +97,35 @@ def test_plugin_registers_whatever_is_imported_first():
             "from verl_isocompute.registrations import check_registrations; print(all(check_registrations().values()))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split()[-1] == "True"
+
+
+def test_cpu_threads_replace_rays_one_thread(monkeypatch):
+    """Ray starts workers with OMP_NUM_THREADS=1; our CPU workers use the cores (or what the user asked for)."""
+    from verl_isocompute.cpu import THREADS_ENV, cpu_threads, record_cpu_threads
+
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as in a Ray worker
+    assert cpu_threads() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv(THREADS_ENV, "3")
+    assert cpu_threads() == 3
+    monkeypatch.delenv(THREADS_ENV)
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")  # set by the user in the driver: kept for the workers
+    assert record_cpu_threads() == 5 and os.environ[THREADS_ENV] == "5"
+
+
+def test_cpu_runtime_keeps_the_threads_past_transfer_queue():
+    """In a process started as Ray starts workers (OMP_NUM_THREADS=1), with TransferQueue imported first (it
+    remembers the thread count it saw and restores it after each tensor copy), the CPU runtime's thread count holds."""
+    code = (
+        "import os; os.environ['VERL_PLATFORM'] = 'cpu'\n"
+        "import torch, transfer_queue.utils.common as c\n"
+        "import verl\n"
+        "from verl_isocompute.cpu import apply_cpu_runtime, cpu_threads\n"
+        "apply_cpu_runtime()\n"
+        "with c.limit_pytorch_auto_parallel_threads(): pass\n"
+        "print(torch.get_num_threads(), cpu_threads())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ISOCOMPUTE_CPU_THREADS"}
+    env.update(OMP_NUM_THREADS="1", ISOCOMPUTE_CPU_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out[-2:] == ["2", "2"]

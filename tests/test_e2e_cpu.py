@@ -2,7 +2,8 @@
 
 Ray, TransferQueue, the v1 trainer, FSDP2 on gloo, the agent loop, our hf rollout, weight sync, the reward
 loop and validation all run for real; each step saves its weights, to show the update changed them. About
-a minute and a half on 2 cores.
+a minute and a half on 2 cores. The recipe is the demo's, so the rollout's log-probs are reused (no
+old-log-prob pass) and each step announces its phases.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def cpu_run(tmp_path_factory, isocompute_cache, tiny_model_path):
         # the trained weights of every step, as a Hugging Face checkpoint (no sharded optimizer state needed)
         "trainer.save_freq=1", "actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]",
     )
+    (run.run_dir / "driver_stdout.log").write_text(run.stdout)  # what Ray forwarded from the trainer
     return run.run_dir, run.verl_rows
 
 
@@ -65,10 +67,28 @@ def test_validation_ran_before_and_after(cpu_run):
 
 
 def test_rollout_logprobs_match_trainer(cpu_run):
+    """The demo reuses the rollout's log-probs (fully on-policy, isocompute.reuse_rollout_log_probs): no
+    old-log-prob pass runs, and the update's own forward pass compares pi_theta with pi_rollout through the
+    TIS weights it applies (verl's bypass loss). In fp32 they agree: KL ~ 0 and every token weight within
+    3% of 1 (the tiny model; the recomputing pass measures the same range)."""
     _, rows = cpu_run
     for r in _train_rows(rows):
-        assert r["data"]["training/rollout_probs_diff_valid"] == 1
-        assert r["data"]["training/rollout_probs_diff_max"] < 1e-3, r["step"]
+        d = r["data"]
+        assert "training/rollout_probs_diff_valid" not in d and d["timing_s/old_log_prob"] < 0.5, r["step"]
+        assert abs(d["actor/rollout_corr/kl"]) < 1e-3, r["step"]
+        assert 0.95 < d["actor/rollout_corr/rollout_is_min"] <= d["actor/rollout_corr/rollout_is_max"] < 1.05, r["step"]
+
+
+def test_progress_markers_name_every_phase(cpu_run):
+    """What `isocompute demo` shows inside a step: the trainer's phase markers, in the order verl runs them."""
+    from verl_isocompute.training import progress
+
+    run_dir, _ = cpu_run
+    lines = (run_dir / "driver_stdout.log").read_text().splitlines()
+    phases = [p for p in map(progress.parse_phase, lines) if p is not None]
+    per_step = [p.name for p in phases if p.step == 1 and p.name != progress.VALIDATION]
+    assert per_step == [progress.ROLLOUT, progress.OLD_LOG_PROB, progress.ADVANTAGE, progress.UPDATE, progress.WEIGHT_SYNC]
+    assert [p.step for p in phases if p.name == progress.VALIDATION] == [0, STEPS]
 
 
 def test_run_directory_holds_the_run(cpu_run):

@@ -22,6 +22,7 @@ from verl_isocompute.runlog import (
     RunLogError,
     read_jsonl,
 )
+from verl_isocompute.training import progress
 from verl_isocompute.workflow import launch
 
 
@@ -30,6 +31,9 @@ def add_arguments(parser) -> None:
                         help="built-in model: smollm2 (SmolLM2-135M-Instruct, default) or tiny (random 2-layer Qwen2, seconds per step)")
     parser.add_argument("--steps", type=int, default=None,
                         help="training steps (default: the recipe's 4, or what isocompute.allocation.* decides)")
+    parser.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16"],
+                        help="training and rollout dtype (default: the recipe's auto: bfloat16 only on CPUs with native bf16, "
+                             "e.g. AVX512_BF16 or AMX; float32 elsewhere, where bf16 is emulated and many times slower)")
     parser.add_argument("--run-dir", default=None, help="where the run's files go (default ./runs/demo-<time>)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="verl-style overrides of the cpu_demo recipe")
 
@@ -95,6 +99,7 @@ def run(args) -> int:
         f"isocompute.model={args.model}", f"isocompute.run_dir={run_dir}",
         f"trainer.experiment_name={run_dir.name}",
         *([f"trainer.total_training_steps={args.steps}"] if args.steps else []),
+        *([f"isocompute.cpu.dtype={args.dtype}"] if args.dtype else []),
         *args.overrides,
     ]
     log_path = run_dir / CONSOLE_LOG
@@ -102,19 +107,31 @@ def run(args) -> int:
     # SIGTERM / SIGINT stop verl's driver and every Ray process it started (launch.stop), then we exit
     with launch.deferred_signals() as latch:
         proc = launch.start(cmd, log_path)
-        bar = tqdm(total=args.steps, desc="training steps", unit="step")
+        bar = tqdm(total=args.steps, desc="starting Ray and verl", unit="step")
         validated_before = False
         log_pos = 0
+        phase: progress.Phase | None = None
+        validation_started: float | None = None
+        validation_s: float | None = None
+        eta: tuple[float, float] | None = None  # (seconds left, when estimated): counts down between steps
+        last: dict = {}  # the last finished step's metrics
 
         def echo_our_lines() -> None:
-            """Show our own decisions (allocation, lr) from verl's log as they appear."""
-            nonlocal log_pos
+            """Show our own decisions (dtype, allocation, lr) from verl's log as they appear; follow the phases."""
+            nonlocal log_pos, phase, validation_started, validation_s
             with open(log_path) as fh:
                 fh.seek(log_pos)
                 new_text = fh.read()
                 log_pos = fh.tell()
             for line in new_text.splitlines():
-                if line.startswith("[isocompute]"):
+                announced = progress.parse_phase(line)
+                if announced is not None:
+                    if announced.name == progress.VALIDATION and announced.step == 0:
+                        validation_started = announced.started
+                    elif validation_started is not None and validation_s is None:
+                        validation_s = announced.started - validation_started  # the next phase ends it
+                    phase = announced
+                elif line.startswith("[isocompute]"):
                     bar.write(line)
 
         try:
@@ -132,10 +149,21 @@ def run(args) -> int:
                 if not validated_before and any(r["step"] == 0 and _val_reward(r["data"]) is not None for r in rows):
                     validated_before = True
                     bar.write(f"[isocompute] validation before training: reward {_val_reward(rows[0]['data']):.3f}")
+                now = time.time()
+                if phase is not None:  # a slow machine shows what it is doing, never a frozen bar
+                    bar.set_description_str(progress.format_status(phase, now), refresh=False)
                 if done > bar.n:
-                    last = [r for r in rows if "timing_s/step" in r["data"]][-1]["data"]
-                    bar.set_postfix(reward=f"{last.get('critic/score/mean', float('nan')):.3f}", s_per_step=f"{last['timing_s/step']:.0f}")
+                    done_rows = [r["data"] for r in rows if "timing_s/step" in r["data"]]
+                    left = progress.eta_seconds([d["timing_s/step"] for d in done_rows], bar.total or done,
+                                                validation_s, validation_s is not None)
+                    eta = (left, now) if left is not None else None
+                    last = done_rows[-1]
                     bar.update(done - bar.n)
+                if eta is not None:
+                    bar.set_postfix(reward=f"{last.get('critic/score/mean', float('nan')):.3f}",
+                                    step=progress.format_duration(last["timing_s/step"]),
+                                    left=progress.format_duration(eta[0] - (now - eta[1])), refresh=False)
+                bar.refresh()
         except launch.Interrupted as exc:
             bar.close()
             launch.stop(proc)

@@ -19,7 +19,31 @@ import sys
 PLATFORM_NAME = "cpu"
 ROLLOUT_NAME = "hf"
 ADAPTER_PATH = "verl_isocompute.cpu.hf_rollout.HFServerAdapter"
+THREADS_ENV = "ISOCOMPUTE_CPU_THREADS"
 _runtime_applied = False
+
+
+def cpu_threads() -> int:
+    """Threads a computing CPU process of the run uses: ``ISOCOMPUTE_CPU_THREADS``, else the cores this
+    process may run on. Ray starts every worker with ``OMP_NUM_THREADS=1`` (it assumes many small tasks
+    share the cores); verl's trainer computes in one process at a time (rollout, then log-probs, then the
+    update), so one thread would leave all but one core idle."""
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def record_cpu_threads() -> int:
+    """In the driver, before Ray starts: fix the thread count its workers will use (an ``OMP_NUM_THREADS``
+    the user set wins), passed to them through the environment they inherit."""
+    if not os.environ.get(THREADS_ENV, "").strip():
+        user = os.environ.get("OMP_NUM_THREADS", "").strip()
+        os.environ[THREADS_ENV] = user if user.isdigit() and int(user) > 0 else str(cpu_threads())
+    return cpu_threads()
 
 
 def _load_hf_replica():
@@ -57,10 +81,19 @@ def apply_cpu_runtime() -> None:
     2. FSDP engines register for ``cuda``/``npu`` only; the same FSDP/FSDP2 engine classes serve ``cpu``.
     3. The reference model's FSDP2 offload policy pins host memory, which needs an accelerator; on CPU
        the parameters already live in host memory, so it is created unpinned.
+    4. Torch threads: :func:`cpu_threads` instead of the one thread Ray's ``OMP_NUM_THREADS=1`` gives.
     """
     global _runtime_applied
     if _runtime_applied:
         return
+    import torch
+
+    torch.set_num_threads(cpu_threads())
+    # TransferQueue wraps its tensor copies in a context that restores torch's thread count to the value it
+    # read when it was imported; imported before this point, that is Ray's one thread.
+    tq_common = sys.modules.get("transfer_queue.utils.common")
+    if tq_common is not None:
+        tq_common.DEFAULT_TORCH_NUM_THREADS = cpu_threads()
     import verl.utils.distributed as distributed
 
     original_init = distributed.initialize_global_process_group_ray

@@ -31,11 +31,11 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
+from . import ROLLOUT_NAME, cpu_threads
 from .sampler import BatchSampler, SamplingParams
 
 logger = logging.getLogger(__name__)
 
-ROLLOUT_NAME = "hf"
 # How long the server waits for more requests once it has some: the agent loop's workers submit a
 # step's samples within a few milliseconds of each other, and one big batch beats several small ones.
 BATCH_WINDOW_S = float(os.environ.get("ISOCOMPUTE_HF_BATCH_WINDOW_S", "0.05"))
@@ -44,8 +44,11 @@ _DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.
            "float32": torch.float32, "fp32": torch.float32}
 
 
-def _server_name(replica_rank: int, node_rank: int = 0) -> str:
-    return f"{ROLLOUT_NAME}_server_{replica_rank}_{node_rank}"
+def server_actor_name(replica_rank: int, role_suffix: str = "", name_suffix: str = "", node_rank: int = 0) -> str:
+    """The Ray name of a replica's server actor (the one place it is spelled): the replica launches it
+    under this name and the training worker's adapter looks it up by it. ``role_suffix`` is ``_reward`` /
+    ``_teacher`` for those models' replicas, ``name_suffix`` verl's per-manager suffix."""
+    return f"{ROLLOUT_NAME}_server{role_suffix}_{replica_rank}_{node_rank}{name_suffix}"
 
 
 def _torch_dtype(name: str) -> torch.dtype:
@@ -70,7 +73,7 @@ class HFRolloutServer:
         self.global_steps: Optional[int] = None
         path = model_config.local_path
         self.dtype = _torch_dtype(config.dtype)
-        torch.set_num_threads(max(1, os.cpu_count() or 1))
+        torch.set_num_threads(cpu_threads())
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, attn_implementation="sdpa")
         self.model.eval()
         tokenizer = model_config.tokenizer
@@ -254,7 +257,7 @@ class HFReplica(RolloutReplica):
         if self.workers:
             node_id = await self.workers[0].__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
         suffix = "_reward" if self.is_reward_model else "_teacher" if self.is_teacher_model else ""
-        name = f"{ROLLOUT_NAME}_server{suffix}_{self.replica_rank}_0{self.name_suffix}"
+        name = server_actor_name(self.replica_rank, suffix, self.name_suffix)
         server = (
             ray.remote(HFRolloutServer)
             .options(
@@ -290,7 +293,7 @@ class HFServerAdapter(BaseRollout):
 
     def _server_handle(self):
         if self._server is None:
-            self._server = ray.get_actor(_server_name(self.replica_rank))
+            self._server = ray.get_actor(server_actor_name(self.replica_rank))
         return self._server
 
     async def resume(self, tags: list[str]) -> None:

@@ -7,7 +7,10 @@ learning rate, run directory), which verl's own ``python -m verl.trainer.main_pp
 What :func:`prepare` adds for our entry point:
 
 - the platform: ``isocompute.platform=cpu`` selects our CPU backend (sets ``VERL_PLATFORM=cpu`` before
-  verl is imported, which verl's entry point cannot do) and rejects GPU-only settings;
+  verl is imported, which verl's entry point cannot do) and rejects GPU-only settings; on the CPU it prints
+  the dtype ``isocompute.cpu.dtype`` gives (:mod:`verl_isocompute.cpu.dtype`: bf16 only where native);
+- ``isocompute.reuse_rollout_log_probs``: skip the old-log-prob pass of a fully on-policy recipe
+  (:mod:`verl_isocompute.training.on_policy`; our entry point only);
 - resolving the whole config now, so that a bad setting stops the run with one line before Ray starts,
   then checking the model (a usable local checkpoint with a chat template), the data files and group sizes;
 - one line each for the allocation and the learning rate (lr = base_lr * sqrt(B / b_ref), B = B_problem
@@ -36,6 +39,7 @@ from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
 from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, ESTIMATORS, TRAINER
 
 resolvers.register()  # before any recipe is composed: the recipes interpolate them
+from verl_isocompute.training.on_policy import prepare_reuse_rollout_log_probs
 
 # Estimators that compare samples within a group (GRPO family): a group of one has no baseline.
 GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_passk", "optimal_token_baseline",
@@ -52,7 +56,8 @@ def _select(cfg: DictConfig, key: str, default=None):
 
 
 def prepare_platform(cfg: DictConfig) -> None:
-    """Select the CPU backend for this process and its Ray workers when the recipe asks for it."""
+    """Select the CPU backend for this process and its Ray workers when the recipe asks for it; on the CPU,
+    :func:`prepare_cpu`."""
     platform = _select(cfg, "isocompute.platform")
     if platform not in (None, "auto", "cpu"):
         raise RecipeError(f"isocompute.platform={platform!r}: use cpu, or auto to let verl detect the accelerator")
@@ -77,6 +82,22 @@ def prepare_platform(cfg: DictConfig) -> None:
                 f"actor_rollout_ref.{role}.strategy={strategy}: on the CPU platform only fsdp2 works "
                 f"(FSDP1 needs a GPU to sync module states); set actor_rollout_ref.{role}.strategy=fsdp2"
             )
+    prepare_cpu(cfg)
+
+
+def prepare_cpu(cfg: DictConfig) -> None:
+    """On the CPU platform: the dtype from the CPU (verl_isocompute.cpu.dtype), the workers' thread count."""
+    from verl_isocompute.cpu import cpu_selected, record_cpu_threads
+
+    if not cpu_selected():
+        return
+    from verl_isocompute.cpu.dtype import prepare_cpu_dtype
+
+    record_cpu_threads()
+    try:
+        prepare_cpu_dtype(cfg)
+    except ValueError as exc:
+        raise RecipeError(str(exc)) from None
 
 
 def prepare_model(cfg: DictConfig) -> None:
@@ -216,6 +237,10 @@ def prepare(cfg: DictConfig) -> DictConfig:
         check_warmup_schedule(cfg)
     report_allocation(cfg)
     report_lr(cfg)
+    try:
+        prepare_reuse_rollout_log_probs(cfg)
+    except ValueError as exc:
+        raise RecipeError(str(exc)) from None
     prepare_run_dir(cfg)
     return cfg
 

@@ -251,6 +251,15 @@ def _device(_root_: DictConfig) -> str:
     return "cpu"
 
 
+def _cpu_dtype(_root_: DictConfig) -> str:
+    """``isocompute.cpu.dtype`` (auto | float32 | bfloat16) as the dtype of the CPU run's three models:
+    auto is bf16 only where the CPU has native bf16 (:mod:`verl_isocompute.cpu.dtype`)."""
+    from verl_isocompute.cpu.dtype import DTYPE_KEY, choose_dtype, cpu_flags
+
+    # the capability only words the reason; the flags decide (and reading them needs no torch)
+    return choose_dtype(_select(_root_, DTYPE_KEY) or "auto", "", cpu_flags()).dtype
+
+
 def _needs_trainer(value: Any, _root_: DictConfig) -> Any:
     from verl_isocompute.training.names import TRAINER
 
@@ -269,6 +278,7 @@ RESOLVERS = {
     "isocompute.model_path": _model_path,
     "isocompute.data_file": _data_file,
     "isocompute.device": _device,
+    "isocompute.cpu_dtype": _cpu_dtype,
     "isocompute.needs_trainer": _needs_trainer,
 }
 

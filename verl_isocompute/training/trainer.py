@@ -69,6 +69,8 @@ from verl_isocompute.training.names import (
     TRAINER,
     ZERO_VARIANCE_MODES,
 )
+from verl_isocompute.training.on_policy import unapplied_reuse_notice
+from verl_isocompute.training.progress import PhaseAnnouncer
 from verl_isocompute.training.regularizers import PROBE_PREFIX
 
 # What the trainer sent and the loss reports back (regularizers.PROBE_PREFIX + name), compared every step.
@@ -96,12 +98,15 @@ class ComputeCounter:
 
 
 @register_trainer(TRAINER)
-class IsoComputeTrainer(PPOTrainerSync):
+class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
     """verl's sync on-policy trainer with the IsoCompute recipe's masks, compute accounting and run log."""
 
     def __init__(self, config) -> None:
         super().__init__(config)
         self._read_settings(config)
+        notice = unapplied_reuse_notice(config)
+        if notice:
+            print(notice, flush=True)
         run_dir = Path(OmegaConf.select(config, "isocompute.run_dir", default=None) or config.trainer.default_local_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         # verl's file logger (created in fit) writes into the run dir unless told otherwise; our entry point sets

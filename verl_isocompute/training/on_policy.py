@@ -1,0 +1,82 @@
+"""Skip verl's old-log-prob pass when the recipe is fully on-policy: one mini-batch, one epoch.
+
+verl's decoupled PPO keeps three policies: the rollout's (pi_rollout, whose log-probs the sampler
+returns), the "old" policy pi_old (a separate forward pass over the whole batch before the update) and
+the trained one pi_theta. The recipe's loss per token is ``-A * ratio * w`` with ratio = pi_theta / pi_old
+(PPO-clipped) and the truncated-IS weight w = min(pi_old / pi_rollout, C) (TIS, C = 2, arXiv 2603.12151
+section 2). With a single optimizer step per rollout batch (``ppo_mini_batch_size == train_batch_size``,
+``ppo_epochs == 1``) the update runs on the very weights pi_old was computed with, so at the update
+pi_theta == pi_old: the ratio is 1 (the clip never acts) and the gradient is ``-A * w * grad log pi_theta``.
+
+verl's *bypass* mode with the REINFORCE loss computes exactly this without the extra pass: it takes
+pi_old := pi_rollout and, inside the loss, the weight w = min(pi_theta / pi_rollout, C) from the
+update's own forward pass (detached), giving ``-A * w * log pi_theta`` - the same weight (pi_theta ==
+pi_old) and the same gradient, with the same TIS/rejection settings (``rollout_is``, ``rollout_rs``,
+thresholds) applied by the same verl function. For the CPU demo (SmolLM2, 2 cores) the pass took 10 s of
+an 85 s step; on a GPU it is a smaller share but still a full forward over the batch.
+
+What changes: the per-step metrics of the skipped pass are not logged (``actor/entropy`` of the old
+policy, ``training/rollout_probs_diff_*``); verl logs its ``rollout_corr/*`` metrics (pi_theta vs
+pi_rollout) from the loss instead. With several mini-batches or epochs the equality breaks (later
+mini-batches train on updated weights), so :func:`prepare_reuse_rollout_log_probs` refuses that case.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+REUSE_KEY = "isocompute.reuse_rollout_log_probs"
+ACTOR = "actor_rollout_ref.actor"
+
+
+def on_policy_problems(cfg: DictConfig) -> list[str]:
+    """Why the old-log-prob pass cannot be skipped for ``cfg`` (empty: it can). Pure."""
+    def sel(key):
+        return OmegaConf.select(cfg, key)
+
+    problems = []
+    if sel(f"{ACTOR}.ppo_mini_batch_size") != sel("data.train_batch_size"):
+        problems.append(f"{ACTOR}.ppo_mini_batch_size={sel(f'{ACTOR}.ppo_mini_batch_size')} differs from "
+                        f"data.train_batch_size={sel('data.train_batch_size')} (several optimizer steps per batch)")
+    if sel(f"{ACTOR}.ppo_epochs") != 1:
+        problems.append(f"{ACTOR}.ppo_epochs={sel(f'{ACTOR}.ppo_epochs')} (more than one pass over the batch)")
+    if sel(f"{ACTOR}.policy_loss.loss_mode") not in ("vanilla", "bypass_mode"):
+        problems.append(f"{ACTOR}.policy_loss.loss_mode={sel(f'{ACTOR}.policy_loss.loss_mode')} (only the vanilla PPO loss "
+                        "has the bypass equivalent)")
+    if not sel("actor_rollout_ref.rollout.calculate_log_probs"):
+        problems.append("actor_rollout_ref.rollout.calculate_log_probs=false (the rollout's log-probs are needed)")
+    return problems
+
+
+def prepare_reuse_rollout_log_probs(cfg: DictConfig) -> bool:
+    """With ``isocompute.reuse_rollout_log_probs=true``: switch verl to bypass mode with the REINFORCE loss and
+    the recipe's own TIS/rejection settings. Raises ValueError naming the fix when the recipe is not fully
+    on-policy. Returns whether it switched."""
+    if not OmegaConf.select(cfg, REUSE_KEY, default=False):
+        return False
+    problems = on_policy_problems(cfg)
+    if problems:
+        raise ValueError(
+            f"{REUSE_KEY}=true needs a fully on-policy recipe, but {'; '.join(problems)}; "
+            f"set {REUSE_KEY}=false to recompute the old log-probs"
+        )
+    correction = OmegaConf.to_container(cfg.algorithm.rollout_correction, resolve=True)
+    correction.update(bypass_mode=True, loss_type="reinforce")
+    with open_dict(cfg):
+        cfg.algorithm.rollout_correction.bypass_mode = True
+        OmegaConf.update(cfg, f"{ACTOR}.policy_loss.loss_mode", "bypass_mode", merge=False)
+        OmegaConf.update(cfg, f"{ACTOR}.policy_loss.rollout_correction", correction, merge=False)
+    print("[isocompute] old log-probs: reused from the rollout (fully on-policy: one optimizer step per batch, "
+          f"TIS weights from the update's forward pass; {REUSE_KEY}=false recomputes them)", flush=True)
+    return True
+
+
+def unapplied_reuse_notice(cfg: DictConfig) -> str | None:
+    """One line when the recipe asks for reuse but the config was not prepared by our entry point (verl's
+    stock ``main_ppo``, which does not run :func:`prepare_reuse_rollout_log_probs`), else None."""
+    if OmegaConf.select(cfg, REUSE_KEY, default=False) and not OmegaConf.select(
+        cfg, "algorithm.rollout_correction.bypass_mode", default=False
+    ):
+        return (f"[isocompute] {REUSE_KEY}=true is applied by `python -m verl_isocompute.main` only: this run "
+                "recomputes the old log-probs (same training, one more forward pass per step)")
+    return None
