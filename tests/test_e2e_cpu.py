@@ -12,6 +12,7 @@ import json
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from verl_runs import PARITY_REWARD, run_recipe
 
 pytestmark = pytest.mark.e2e
@@ -96,4 +97,5 @@ def test_run_directory_holds_the_run(cpu_run):
     for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "verl_metrics.jsonl", "validation/0.jsonl", f"validation/{STEPS}.jsonl"):
         assert (run_dir / name).is_file(), name
     generations = [json.loads(line) for line in (run_dir / "validation/0.jsonl").read_text().splitlines()]
-    assert len(generations) == 16 * 4  # every validation problem, 4 samples each
+    val_size = OmegaConf.load(run_dir / ".hydra/config.yaml").isocompute.data.val_size
+    assert len(generations) == val_size * 4  # every validation problem, 4 samples each
