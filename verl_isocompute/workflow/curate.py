@@ -622,7 +622,10 @@ def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progr
     if problems.empty:
         raise CurateError(f"no usable problem among {len(df)}: {skipped['reason'].value_counts().to_dict()}")
 
+    from omegaconf import OmegaConf
+
     from verl_isocompute.training.config import (
+        _resolve,
         compose_recipe,
         prepare_model,
         prepare_platform,
@@ -630,6 +633,12 @@ def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progr
 
     cfg = compose_recipe(settings.recipe, settings.recipe_overrides())
     prepare_platform(cfg)
+    # The recipes write the model path, n and dtypes as our resolvers' interpolations, which read the
+    # whole config (``_root_``); verl turns ``actor_rollout_ref.model`` into a dataclass on its own, so
+    # resolve the parts curation hands to verl now (not the recipe's training data: curation brings its own).
+    for key in ("actor_rollout_ref", "reward"):
+        if OmegaConf.select(cfg, key) is not None:
+            _resolve(cfg[key])
     prepare_model(cfg)
     # As in main.run: register our plugin now that VERL_PLATFORM is final (verl swallows a plugin
     # that failed while verl was being imported, e.g. through verl_isocompute.cpu.models).
