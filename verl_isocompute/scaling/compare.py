@@ -393,7 +393,7 @@ def pivot_markdown(table: pd.DataFrame) -> list[str]:
 # --- the plot -----------------------------------------------------------------------------------------
 
 
-def plot_compare(curves: Sequence[RewardCurve], metric: str, compute_unit: str, points: int = 80) -> Figure:
+def plot_compare(curves: Sequence[RewardCurve], metric: str, compute_unit: str, points: int = 40) -> Figure:
     """Left: C_n(R*)/C against C for each fixed n (dotted: a lower bound, n did not reach R* within its
     fitted range). Right: R_n(C) over each n's fitted range and R*(C). Agg canvas, no pyplot."""
     from matplotlib import colormaps
@@ -434,9 +434,10 @@ def plot_compare(curves: Sequence[RewardCurve], metric: str, compute_unit: str, 
     right.set_xlabel(f"compute C ({compute_unit})")
     right.set_ylabel(metric)
     right.set_title("reward of each fixed n (over its fitted range) and R*")
-    for ax in (left, right):
+    # fixed legend corners: "best" tests every position against every line on each save
+    for ax, corner in ((left, "upper right"), (right, "lower right")):
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(loc="best", fontsize=7)
+        ax.legend(loc=corner, fontsize=7)
     return fig
 
 
