@@ -17,22 +17,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from verl_runs import PARITY_REWARD
+from verl_runs import PARITY_REWARD, alive
 
 from verl_isocompute.workflow.launch import ray_session_processes
 
 pytestmark = pytest.mark.e2e
-
-
-def _alive(procs) -> list[psutil.Process]:
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 def _ray_processes(pids) -> list[psutil.Process]:
@@ -58,13 +47,13 @@ def _stop_when(cmd: list[str], ready, log_path: Path, timeout: float = 240) -> d
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=90)
         time.sleep(2)
-        leftover = _alive(family) + _ray_processes(pids)
+        leftover = alive(family) + _ray_processes(pids)
         return {"rc": rc, "n_ray": n_ray, "leftover": [(p.pid, p.name()) for p in leftover],
                 "output": log_path.read_text()}
     finally:
         if proc.poll() is None:
             proc.kill()
-        for p in _alive(family) + _ray_processes([proc.pid, *(p.pid for p in family)]):
+        for p in alive(family) + _ray_processes([proc.pid, *(p.pid for p in family)]):
             try:
                 p.kill()  # never leave processes behind on a shared machine, even when the test fails
             except psutil.NoSuchProcess:

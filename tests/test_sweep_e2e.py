@@ -26,7 +26,7 @@ import pandas as pd
 import psutil
 import pytest
 import yaml
-from verl_runs import PARITY_REWARD
+from verl_runs import PARITY_REWARD, alive
 
 from verl_isocompute.workflow.sweep import runner
 
@@ -49,17 +49,6 @@ def _steps(run_dir: Path) -> list[int]:
 
 def _state(sweep_dir: Path) -> dict:
     return json.loads((sweep_dir / "sweep_state.json").read_text())
-
-
-def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 # --- the workflow -----------------------------------------------------------------------------------
@@ -111,7 +100,7 @@ def workflow(tmp_path_factory, tiny_model_path):
     out["interrupted_rc"] = proc.wait(timeout=120)
     log.close()
     time.sleep(3)
-    leftover = _alive(family) + runner.ray_session_processes(cell_pid)
+    leftover = alive(family) + runner.ray_session_processes(cell_pid)
     out["leftover"] = [(p.pid, p.name()) for p in leftover]
     for p in leftover:  # do not leave processes behind on a shared machine, even if the test fails
         p.kill()
@@ -275,7 +264,7 @@ def ray_head(isocompute_cache):
         family = psutil.Process(head.pid).children(recursive=True) if head.poll() is None else []
         head.terminate()  # `ray start --block` stops its processes on SIGTERM
         psutil.wait_procs([psutil.Process(head.pid)] + family if head.poll() is None else family, timeout=60)
-        for p in _alive(family):
+        for p in alive(family):
             p.kill()
         log.close()
 

@@ -43,3 +43,17 @@ def run_recipe(recipe: str, run_dir: Path, *overrides: str, timeout: int = 900, 
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
     return Run(run_dir, proc.stdout)
+
+
+def alive(procs) -> list:
+    """The processes of ``procs`` still running (zombies and vanished ones left out): what a stop left behind."""
+    import psutil
+
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
