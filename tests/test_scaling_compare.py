@@ -300,3 +300,11 @@ def test_the_documented_example_output(tmp_path, capsys):
     assert [line for line in shown.splitlines() if line.startswith("C = ")] == [
         line for line in printed.splitlines() if line.startswith("C = ")
     ]
+
+
+def test_allocate_compare_gives_a_following_override_back_to_the_recipe(fitted, capsys):
+    """``--compare KEY=VALUE``: argparse hands the optional value the override; it goes back to the overrides."""
+    out, _ = fitted
+    argv = ["allocate", "--curve", str(out / "curve.json"), "--budget", "1e6", "--compare", "trainer.total_epochs=2"]
+    assert cli_main(argv) == 2  # an override without --recipe: the overrides saw it (not --compare's n list)
+    assert "overrides trainer.total_epochs=2 need a recipe" in capsys.readouterr().err

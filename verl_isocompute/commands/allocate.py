@@ -156,7 +156,17 @@ def _table(allocation: Allocation) -> str:
     return "\n".join(lines)
 
 
+def _compare_value(args: argparse.Namespace) -> None:
+    """``--compare`` takes an optional value, so argparse hands it the next word even when that word is a
+    recipe override (``--compare trainer.total_epochs=2``): give such a word back to the overrides."""
+    value = args.compare
+    if value is not None and "=" in value and not value.strip().lower().startswith("n="):
+        args.overrides = [*args.overrides, value]
+        args.compare = "all"
+
+
 def run(args: argparse.Namespace) -> int:
+    _compare_value(args)
     try:
         settings, n_train = settings_from_args(args)
         allocation = allocate_config(settings, n_train=n_train)
