@@ -325,9 +325,22 @@ class SampleCache:
 # --- what to sample: curation's k, then rejection rounds (pass@K) ----------------------------------
 
 
-def untraced(records: dict[str, dict[str, Any]]) -> list[str]:
-    """Cached problems with a correct sample whose responses were not kept (sampled without --keep-correct)."""
-    return [pid for pid, r in records.items() if r["correct"] > 0 and not r.get("traces_kept")]
+def to_resample(records: dict[str, dict[str, Any]], problem_ids: Iterable[str], out: Path, keep_correct: bool,
+                resample_untraced: bool) -> set[str]:
+    """Cached problems to sample again: with --keep-correct, those with a correct sample whose responses were
+    not kept (sampled without the flag). Never mixed silently: without --resample-untraced they are an error
+    naming the fix. (A cached problem with no correct sample has nothing to keep and stays as it is.)"""
+    if not keep_correct:
+        return set()
+    stale = {pid for pid in problem_ids if pid in records and records[pid]["correct"] > 0
+             and not records[pid].get("traces_kept")}
+    if stale and not resample_untraced:
+        raise CurateError(
+            f"{out} holds {len(stale)} problems with correct samples taken without --keep-correct (their responses "
+            "are gone): add --resample-untraced to sample them again (their avg@k is measured anew), or use "
+            "another --out, or --restart"
+        )
+    return stale
 
 
 def progress_of(record: dict[str, Any] | None, rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -785,13 +798,7 @@ def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progr
 
     try:
         records, rounds = cache.load(), cache.load_rounds()
-        stale = set(untraced(records)) & set(problems["problem_id"]) if settings.keep_correct else set()
-        if stale and not settings.resample_untraced:
-            raise CurateError(
-                f"{out} holds {len(stale)} problems with correct samples taken without --keep-correct (their responses "
-                "are gone): add --resample-untraced to sample them again (their avg@k is measured anew), or use "
-                "another --out, or --restart"
-            )
+        stale = to_resample(records, problems["problem_id"], out, settings.keep_correct, settings.resample_untraced)
         states = {pid: progress_of(None if pid in stale else records.get(pid), rounds.get(pid, []))
                   for pid in problems["problem_id"]}
         pending = problems[[next_round(states[pid], settings.k, settings.pass_k)[1] > 0 for pid in problems["problem_id"]]]
