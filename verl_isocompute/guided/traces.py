@@ -79,7 +79,8 @@ def read_traces(where: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 class TraceWriter:
-    """Appends trace lines to ``traces.jsonl.gz``; a file cut by a kill is first rewritten from its complete lines."""
+    """Appends trace lines to ``traces.jsonl.gz`` (created at once: its presence says the correct responses
+    were kept, even if none was correct yet); a file cut by a kill is first rewritten from its complete lines."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -88,14 +89,14 @@ class TraceWriter:
             if not clean:  # appending a gzip member after an unfinished one would make the file unreadable
                 with atomic.replacing(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as handle:
                     handle.writelines(json.dumps(line) + "\n" for line in lines)
-        self._file = None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = gzip.open(path, "at", encoding="utf-8")  # noqa: SIM115 -- open while curation runs
+        self._file.flush()
 
     def write(self, lines: Iterable[dict[str, Any]]) -> None:
         lines = list(lines)
-        if not lines:
+        if not lines or self._file is None:
             return
-        if self._file is None:
-            self._file = gzip.open(self.path, "at", encoding="utf-8")
         self._file.writelines(json.dumps(line) + "\n" for line in lines)
         self._file.flush()  # a sync flush: everything written so far is readable after a kill
 

@@ -297,11 +297,15 @@ class SampleCache:
     def append_round(self, record: dict[str, Any]) -> None:
         self.rounds.append(record)
 
-    def append_traces(self, lines: list[dict[str, Any]]) -> None:
+    def keep_traces(self) -> None:
+        """Open ``traces.jsonl.gz`` for appending (created now, so an empty one says: kept, none correct yet)."""
         from verl_isocompute.guided.traces import TraceWriter
 
         if self._traces is None:
             self._traces = TraceWriter(self.traces_path)
+
+    def append_traces(self, lines: list[dict[str, Any]]) -> None:
+        self.keep_traces()
         self._traces.write(lines)
 
     def spend(self) -> dict[str, Any]:
@@ -799,6 +803,8 @@ def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progr
     try:
         records, rounds = cache.load(), cache.load_rounds()
         stale = to_resample(records, problems["problem_id"], out, settings.keep_correct, settings.resample_untraced)
+        if settings.keep_correct:
+            cache.keep_traces()
         states = {pid: progress_of(None if pid in stale else records.get(pid), rounds.get(pid, []))
                   for pid in problems["problem_id"]}
         pending = problems[[next_round(states[pid], settings.k, settings.pass_k)[1] > 0 for pid in problems["problem_id"]]]
@@ -818,8 +824,7 @@ def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progr
     difficulty = difficulty_table(problems, records, settings.k)
     traces = None
     if settings.keep_correct:
-        lines = read_traces(out) if cache.traces_path.is_file() else []
-        traces = trace_counts(records, rounds, lines, settings.pass_k)
+        traces = trace_counts(records, rounds, read_traces(out), settings.pass_k)
     return write_outputs(
         out, problems, difficulty, skipped, {**cached_with, "source": source}, settings.thresholds,
         mixture_size=settings.mixture_size, sets=settings.sets, val_size=settings.val_size,
@@ -879,7 +884,8 @@ def _sample(cfg, settings: CurateSettings, pending: pd.DataFrame, states: dict[s
             rounds.setdefault(pid, []).append(record)
             state.update(taken=state["taken"] + record["k"], found=state["found"] + record["correct"], rounds=round_)
         # after the record: an interruption between the two loses this round's traces, never duplicates them
-        cache.append_traces(trace_lines(pid, round_, kept))
+        if settings.keep_correct:
+            cache.append_traces(trace_lines(pid, round_, kept))
         if plan(problem)[1] == 0:
             bar.update(1)
 
