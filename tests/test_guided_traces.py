@@ -107,14 +107,17 @@ def test_spend_is_recomputed_from_the_cache_on_resume(tmp_path):
     cache.close()
     first = cache.spend()
     assert first == {spend.CURATION: spend.Spend(4, 26), spend.REJECTION_SAMPLING: spend.Spend(4, 4)}
-    cache = c.SampleCache(tmp_path, settings)  # a rerun: same cache, one more problem, a line cut by a kill
+    cache = c.SampleCache(tmp_path, settings)  # a rerun: one more problem, "a" re-sampled, a line cut by a kill
     cache.append({"id": "b", "k": 4, "correct": 3, "response_tokens": [2, 2, 2, 2]})
+    cache.append({"id": "a", "k": 4, "correct": 1, "response_tokens": [1, 2, 3, 4], "traces_kept": True})
     cache.close()
     with open(tmp_path / c.SAMPLES_FILE, "a") as handle:
         handle.write('{"id": "c", "k": 4, "corr')
     for stage, spent in cache.spend().items():
         spend.write(tmp_path, stage, spent)
-    assert spend.read(tmp_path) == {spend.CURATION: spend.Spend(8, 34), spend.REJECTION_SAMPLING: spend.Spend(4, 4)}
+    # every sampling counts once: "a"'s replaced record too (it was spent), the cut line not (never finished)
+    assert spend.read(tmp_path) == {spend.CURATION: spend.Spend(12, 44), spend.REJECTION_SAMPLING: spend.Spend(4, 4)}
+    assert cache.load()["a"]["correct"] == 1  # the difficulty uses the newest record
     assert c.trace_counts(cache.load(), cache.load_rounds(), [], 8)["rejection"] == {
         "problems": 1, "rounds": 1, "samples": 4, "problems_solved": 1}
 
