@@ -113,10 +113,13 @@ def test_spend_is_recomputed_from_the_cache_on_resume(tmp_path):
     cache.close()
     with open(tmp_path / c.SAMPLES_FILE, "a") as handle:
         handle.write('{"id": "c", "k": 4, "corr')
+    cache = c.SampleCache(tmp_path, settings)  # resumed after the cut line: the next record is not glued to it
+    cache.append({"id": "d", "k": 4, "correct": 0, "response_tokens": [0, 0, 0, 0]})
+    cache.close()
     for stage, spent in cache.spend().items():
         spend.write(tmp_path, stage, spent)
     # every sampling counts once: "a"'s replaced record too (it was spent), the cut line not (never finished)
-    assert spend.read(tmp_path) == {spend.CURATION: spend.Spend(12, 44), spend.REJECTION_SAMPLING: spend.Spend(4, 4)}
+    assert spend.read(tmp_path) == {spend.CURATION: spend.Spend(16, 44), spend.REJECTION_SAMPLING: spend.Spend(4, 4)}
     assert cache.load()["a"]["correct"] == 1  # the difficulty uses the newest record
     assert c.trace_counts(cache.load(), cache.load_rounds(), [], 8)["rejection"] == {
         "problems": 1, "rounds": 1, "samples": 4, "problems_solved": 1}

@@ -237,7 +237,10 @@ class _Appended:
 
     def append(self, record: dict[str, Any]) -> None:
         if self._file is None:
+            cut = self.path.is_file() and self.path.stat().st_size and not self.path.read_bytes().endswith(b"\n")
             self._file = open(self.path, "a")
+            if cut:  # a line cut by a kill: end it, so the next record is not glued to it
+                self._file.write("\n")
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()  # a killed curation loses at most the problems still in flight
 
