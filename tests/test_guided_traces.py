@@ -83,6 +83,9 @@ def test_traces_file_cut_by_a_kill_keeps_its_complete_lines_and_takes_more(tmp_p
     lines = T.read_traces(tmp_path)
     assert [(t["id"], t["sample"]) for t in lines] in ([("a", 0), ("a", 2)], [("a", 0), ("a", 2), ("b", 1)])
     writer = T.TraceWriter(path)  # a resumed curation: the cut file is rewritten, then appended to
+    repaired = path.read_bytes()
+    T.TraceWriter(path).close()  # a run with nothing to add leaves the file as it is
+    assert path.read_bytes() == repaired
     writer.write(T.trace_lines("c", 0, _kept(3)))
     writer.close()
     again = T.read_traces(path)

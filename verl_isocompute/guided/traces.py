@@ -89,14 +89,17 @@ class TraceWriter:
             if not clean:  # appending a gzip member after an unfinished one would make the file unreadable
                 with atomic.replacing(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as handle:
                     handle.writelines(json.dumps(line) + "\n" for line in lines)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = gzip.open(path, "at", encoding="utf-8")  # noqa: SIM115 -- open while curation runs
-        self._file.flush()
+        else:  # an empty gzip file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic.write_bytes(path, gzip.compress(b""))
+        self._file = None  # opened at the first line: a run with nothing to add leaves the file as it was
 
     def write(self, lines: Iterable[dict[str, Any]]) -> None:
         lines = list(lines)
-        if not lines or self._file is None:
+        if not lines:
             return
+        if self._file is None:
+            self._file = gzip.open(self.path, "at", encoding="utf-8")  # noqa: SIM115 -- open while curation runs
         self._file.writelines(json.dumps(line) + "\n" for line in lines)
         self._file.flush()  # a sync flush: everything written so far is readable after a kill
 
