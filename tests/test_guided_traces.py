@@ -78,7 +78,7 @@ def test_traces_file_cut_by_a_kill_keeps_its_complete_lines_and_takes_more(tmp_p
     writer.write(T.trace_lines("a", 0, _kept(0, 2)))
     writer.write(T.trace_lines("b", 1, _kept(1)))
     data = path.read_bytes()  # flushed but never closed: what a kill leaves
-    writer._file = None  # noqa: SLF001 -- drop the handle without finishing the gzip stream
+    writer._file = None  # drop the handle without finishing the gzip stream
     path.write_bytes(data[:-3])  # and the last bytes lost in flight
     lines = T.read_traces(tmp_path)
     assert [(t["id"], t["sample"]) for t in lines] in ([("a", 0), ("a", 2)], [("a", 0), ("a", 2), ("b", 1)])
@@ -136,7 +136,7 @@ def _trace(text, n_tokens, pid="p", round_=0, sample=0):
 
 
 def test_choose_trace_takes_the_shortest_usable_one():
-    usable = lambda text: "\n" in text.strip()  # noqa: E731 -- "has an inner step"
+    usable = lambda text: "\n" in text.strip()  # "has an inner step"
     one_step, long_, short, short_too = _trace("42", 1), _trace(TRACE * 2, 90), _trace(TRACE, 40, sample=1), _trace(TRACE, 40, sample=2)
     assert T.choose_trace([long_, one_step, short, short_too], usable) is short  # shortest usable, first of equals
     assert T.choose_trace([one_step, _trace("4 2", 3)], usable) is one_step  # none usable: the shortest, reason counted later

@@ -40,10 +40,10 @@ def curated(tmp_path_factory, tiny_model_path):
            "--out", str(out), "--model", "tiny", "--k", str(K), "--keep-correct", "--pass-k", str(PASS_K),
            "--no-answer-check", "--easy", "0,1", "--sets", "easy", "--mixture-size", "2",
            f"reward.custom_reward_function.path={FIXTURES / 'counting_reward.py'}"]
-    first = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert first.returncode == 0, first.stderr[-4000:]
     files = {name: (out / name).read_bytes() for name in ("samples.jsonl", "rejection.jsonl", "traces.jsonl.gz", "spend.json")}
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     return {"out": out, "first": first, "again": again, "files": files, "model": tiny_model_path}
 
 
@@ -71,7 +71,6 @@ def test_traces_are_exactly_the_correct_samples_with_their_token_ids(curated):
 def test_pass_k_samples_only_unsolved_problems_and_stops_at_the_first_success(curated):
     out = curated["out"]
     samples = _rows(out / "samples.jsonl")
-    tags = {r["id"]: None for r in samples}
     rows = pd.read_parquet(out / "difficulty.parquet")
     # the difficulty is curation's first k only: a, b solved there; c..f at 0 whatever rejection found
     assert sorted(rows["correct"]) == [0, 0, 0, 0, 1, 2] and set(rows["k"]) == {K}
@@ -80,8 +79,8 @@ def test_pass_k_samples_only_unsolved_problems_and_stops_at_the_first_success(cu
         rounds.setdefault(r["id"], []).append(r)
     first_k = {r["id"]: r["correct"] for r in samples}
     assert set(rounds) == {pid for pid, c in first_k.items() if c == 0}  # only problems with no success
-    assert len(tags) == 6
-    for pid, rs in rounds.items():
+    assert len(samples) == 6
+    for rs in rounds.values():
         assert [r["round"] for r in rs] == list(range(1, len(rs) + 1)) and all(r["k"] == K for r in rs)
         assert all(r["correct"] == 0 for r in rs[:-1])  # a success ends a problem's rounds ...
         assert rs[-1]["correct"] > 0 or K + sum(r["k"] for r in rs) == PASS_K  # ... else it runs to K samples
