@@ -88,6 +88,8 @@ def test_pass_k_samples_only_unsolved_problems_and_stops_at_the_first_success(cu
     assert sorted((len(rs), sum(r["correct"] for r in rs)) for rs in rounds.values()) == [(1, 1), (2, 0), (2, 0), (2, 1)]
     report = (out / "report.md").read_text()
     assert "Rejection sampling (pass@6): 4 problems" in report and "never change them" in report
+    assert "traces: 5 correct responses of 4 problems" in curated["first"].stderr
+    assert "pass@6: 2 of 4 unsolved problems found one" in curated["first"].stderr
 
 
 def test_spend_equals_the_counted_rollouts_and_resume_samples_nothing(curated):

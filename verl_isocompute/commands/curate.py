@@ -139,5 +139,11 @@ def run(args: argparse.Namespace) -> int:
         return exc.exit_code
     print(f"[curate] splits: {summary['splits']}", file=sys.stderr)
     print(f"[curate] mixtures: { {k: v['size'] for k, v in summary['mixtures'].items()} }", file=sys.stderr)
+    if summary.get("traces"):
+        t = summary["traces"]
+        print(f"[curate] traces: {t['traces']} correct responses of {t['problems_with_trace']} problems in "
+              f"{args.out}/traces.jsonl.gz" + (f"; pass@{t['pass_k']}: {t['rejection']['problems_solved']} of "
+                                               f"{t['rejection']['problems']} unsolved problems found one" if t["pass_k"] else ""),
+              file=sys.stderr)
     print(f"wrote {args.out}/report.md, difficulty.parquet, difficulty.png, splits/, mixtures/, sets/")
     return 0
