@@ -639,7 +639,7 @@ def render_report(summary: dict[str, Any], settings: dict[str, Any], skipped: pd
                       f"sample in the first {k} got {rej['samples']} more samples in {rej['rounds']} rounds of up to {k}; "
                       f"{rej['problems_solved']} found a correct one. avg@{k}, pass@{k}, the splits and the mixtures use "
                       f"the first {k} samples only: rejection samples (rejection.jsonl) never change them."]
-        lines.append("Rollouts spent, recomputed from the cache on every run: spend.json (stages curation, rejection_sampling).")
+        lines += ["", "Rollouts spent, recomputed from the cache on every run: spend.json (stages curation, rejection_sampling)."]
     lines += ["", "Files: difficulty.parquet, splits/*.parquet, mixtures/*.parquet, sets/<set>/{train,val}.parquet, "
               "difficulty.png, skipped.parquet, samples.jsonl (the per-problem cache), curation.json (its settings).", ""]
     return "\n".join(lines)
