@@ -4,9 +4,11 @@ For every problem (verl parquet files, or a built-in reasoning-gym generator) k 
 (default 16 at temperature 0.6) through verl's rollout servers (--rollout: the recipe's backend, hf on
 CPU recipes, vllm on GPUs) and scored with the recipe's reward. Writes into --out: difficulty.parquet
 (per problem: k, correct, avg@k, pass@k), splits/{easy,hard,extremely_hard,very_easy}.parquet,
-mixtures/{hard_only,dual,tri}.parquet, sets/<set>/{train,val}.parquet, difficulty.png, report.md.
-Samples are cached per problem (samples.jsonl): rerun the same command to resume an interrupted
-curation, or to re-cut the sets with other thresholds without sampling again.
+mixtures/{hard_only,dual,tri}.parquet, sets/<set>/{train,val}.parquet, difficulty.png, report.md,
+spend.json (the rollouts spent). Samples are cached per problem (samples.jsonl): rerun the same command
+to resume an interrupted curation, or to re-cut the sets with other thresholds without sampling again.
+--keep-correct keeps the correct responses as PrefixRL traces (traces.jsonl.gz) and --pass-k K samples
+problems without one further (rejection sampling, rejection.jsonl), resumable the same way.
 
 Trailing key=value arguments are verl-style overrides of the recipe (e.g. the reward function).
 Exit status: 0 done; 2 bad input or settings (nothing sampled); 128 + signal number when stopped by
@@ -76,7 +78,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "starting a private instance; it must offer the replicas' GPUs")
     parser.add_argument("--no-answer-check", action="store_true",
                         help="do not skip problems whose reference answer math-verify cannot parse (non-math rewards)")
-    parser.add_argument("--restart", action="store_true", help="discard cached samples in --out")
+    parser.add_argument("--restart", action="store_true", help="discard cached samples (and kept traces) in --out")
+    parser.add_argument("--keep-correct", action="store_true",
+                        help="keep the correct responses (text + token ids) in --out/traces.jsonl.gz: PrefixRL's traces "
+                             "for `isocompute guide --traces` (docs/GUIDED.md)")
+    parser.add_argument("--pass-k", type=int, default=None, metavar="K",
+                        help="with --keep-correct: sample problems with no correct response in more rounds of --k, until "
+                             "the first success or K samples in all (rejection sampling; avg@k and the sets still use "
+                             "the first k only)")
+    parser.add_argument("--resample-untraced", action="store_true",
+                        help="with --keep-correct on a cache made without it: sample again the cached problems whose "
+                             "correct responses were not kept (their avg@k is measured anew)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="verl-style overrides of the recipe")
 
 
@@ -98,7 +110,8 @@ def settings_from_args(args: argparse.Namespace):
         mixture_size=args.mixture_size, sets=tuple(s.strip() for s in args.sets.split(",") if s.strip()),
         val_size=args.val_size, max_val_fraction=args.max_val_fraction, seed=args.seed,
         concurrency=args.concurrency, ray_address=args.ray_address, check_answers=not args.no_answer_check,
-        restart=args.restart, overrides=tuple(args.overrides),
+        restart=args.restart, keep_correct=args.keep_correct, pass_k=args.pass_k,
+        resample_untraced=args.resample_untraced, overrides=tuple(args.overrides),
     )
 
 
@@ -113,11 +126,12 @@ def run(args: argparse.Namespace) -> int:
         return _error(str(exc))
 
     from verl_isocompute.cpu.models import ModelError
+    from verl_isocompute.guided.traces import TracesError
     from verl_isocompute.training.config import RecipeError
 
     try:
         summary = c.curate(settings)
-    except (c.CurateError, RecipeError, ModelError) as exc:
+    except (c.CurateError, RecipeError, ModelError, TracesError) as exc:
         return _error(str(exc))
     except Interrupted as exc:
         print(f"{PROG}: stopped by {exc}; Ray is stopped; kept the samples taken so far in "
@@ -125,5 +139,11 @@ def run(args: argparse.Namespace) -> int:
         return exc.exit_code
     print(f"[curate] splits: {summary['splits']}", file=sys.stderr)
     print(f"[curate] mixtures: { {k: v['size'] for k, v in summary['mixtures'].items()} }", file=sys.stderr)
+    if summary.get("traces"):
+        t = summary["traces"]
+        print(f"[curate] traces: {t['traces']} correct responses of {t['problems_with_trace']} problems in "
+              f"{args.out}/traces.jsonl.gz" + (f"; pass@{t['pass_k']}: {t['rejection']['problems_solved']} of "
+                                               f"{t['rejection']['problems']} unsolved problems found one" if t["pass_k"] else ""),
+              file=sys.stderr)
     print(f"wrote {args.out}/report.md, difficulty.parquet, difficulty.png, splits/, mixtures/, sets/")
     return 0

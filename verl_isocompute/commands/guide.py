@@ -7,6 +7,8 @@ In both the prefix is context, never a training target. The output holds every o
 ``--ratio`` x as many guided rows (1:1 by default, as in POPE), marked in ``extra_info`` (guided,
 prefix_fraction, placement, guide_prefix). Train on it with ``data.train_files=OUT``; keep validation on
 the unguided set. Problems whose solution is missing or has no usable prefix are skipped and counted.
+``--traces CURATE_OUT`` cuts the prefixes from the base model's own correct responses kept by
+``isocompute curate --keep-correct`` instead (PrefixRL's traces); problems without one count as no_trace.
 
 Exit status: 0 written; 2 bad input (nothing written).
 """
@@ -29,7 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--solution-key", default=DEFAULTS.solution_key,
                         help=f"column (or dotted path into one) with the oracle solution (default {DEFAULTS.solution_key})")
     parser.add_argument("--placement", choices=PLACEMENTS, default=DEFAULTS.placement,
-                        help="user: POPE's user-turn prefix; assistant: PrefixRL's assistant-turn prefix (default user)")
+                        help="user: POPE's user-turn prefix; assistant: PrefixRL's assistant-turn prefix "
+                             "(default user; assistant with --traces)")
+    parser.add_argument("--traces", default=DEFAULTS.traces, metavar="CURATE_OUT",
+                        help="cut the prefixes from the base model's correct responses that `isocompute curate "
+                             "--keep-correct --out CURATE_OUT` kept (PrefixRL; the shortest usable one per problem) "
+                             "instead of --solution-key")
     parser.add_argument("--ratio", type=float, default=DEFAULTS.ratio, help="guided rows per original row, in (0, 1] (default 1: POPE's 1:1)")
     parser.add_argument("--fraction", type=float, default=DEFAULTS.fraction,
                         help="prefix length as a share of the solution's characters, cut at a line/sentence end (default 0.25)")
@@ -43,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         print(f"isocompute guide: error: {', '.join(missing)} not found; pass training parquet files", file=sys.stderr)
         return 2
-    options = GuideOptions(args.solution_key, args.placement, args.ratio, args.fraction, args.max_fraction, args.seed)
+    options = GuideOptions(args.solution_key, args.placement, args.ratio, args.fraction, args.max_fraction, args.seed,
+                           traces=args.traces)
     try:
         result = write_mixture([str(p) for p in args.train], args.out, options)
     except ValueError as exc:

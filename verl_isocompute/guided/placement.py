@@ -36,6 +36,7 @@ PLACEMENTS = (USER, ASSISTANT)
 PREFIX_AGENT = "isocompute_prefix_continuation"  # our registered agent loop for the assistant placement
 DEFAULT_AGENT = "single_turn_agent"  # verl's default agent loop (rollout.agent.default_agent_loop)
 NO_USER_TURN = "no_user_turn"  # a row whose prompt has no user message to put a POPE prefix in
+NO_TRACE = "no_trace"  # with traces as the source: the problem has no kept correct response (guided/traces.py)
 # The continue instruction of the user placement (our wording; POPE's exact prompt is not reproduced).
 CONTINUE_INSTRUCTION = "Below is the beginning of a correct solution. Continue it from where it stops, without repeating it."
 
@@ -89,13 +90,16 @@ def guided_dataset(
     fraction: float = DEFAULT_MAX_FRACTION,
     max_fraction: float = DEFAULT_MAX_FRACTION,
     seed: int = 0,
+    solutions: list | None = None,
 ) -> GuidedDataset:
     """``frame`` (verl rows) plus guided copies of ``ratio`` x len(frame) of its problems (those with a usable prefix).
 
     ``solution_key`` is a column or a dotted path into one (``extra_info.solution``). Each guided copy gets the
     prefix of :func:`verl_isocompute.guided.prefixes.prefix_at` (``fraction``, capped at ``max_fraction``).
     When fewer problems than asked have a usable prefix, all of them are guided (see :meth:`GuidedDataset.summary`);
-    which problems are guided when there are more is a seeded draw."""
+    which problems are guided when there are more is a seeded draw. ``solutions`` (one per row) replaces the
+    ``solution_key`` column, e.g. PrefixRL traces (:func:`verl_isocompute.guided.recipe.trace_solutions`); a None
+    entry is counted as :data:`NO_TRACE`."""
     if placement not in PLACEMENTS:
         raise ValueError(f"placement={placement!r}: use {' or '.join(PLACEMENTS)}")
     if not 0 < ratio <= 1:
@@ -106,8 +110,8 @@ def guided_dataset(
     skipped: Counter = Counter()
     usable: list[tuple[int, Prefix]] = []
     for i, row in enumerate(rows):
-        solution = lookup(row, solution_key)
-        reason = skip_reason(solution, max_fraction)
+        solution = lookup(row, solution_key) if solutions is None else solutions[i]
+        reason = NO_TRACE if solutions is not None and solution is None else skip_reason(solution, max_fraction)
         if reason is None and placement == USER and not any(m.get("role") == "user" for m in row["prompt"]):
             reason = NO_USER_TURN
         if reason is not None:

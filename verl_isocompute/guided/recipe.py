@@ -2,7 +2,9 @@
 
 With ``isocompute.guided.enable=true`` the training parquet files are mixed with guided copies of their
 problems (:func:`verl_isocompute.guided.placement.guided_dataset`) into ``<run_dir>/guided/train.parquet``,
-which becomes ``data.train_files``. Validation files are never touched: validation measures the unguided
+which becomes ``data.train_files``. The prefixes are cut from the ``solution_key`` column (oracle solutions,
+POPE) or, with ``traces`` set to a curation directory, from the base model's correct responses that
+``isocompute curate --keep-correct`` kept there (PrefixRL, :mod:`verl_isocompute.guided.traces`). Validation files are never touched: validation measures the unguided
 problems, POPE's transfer measure (arXiv 2601.18779). The same options drive ``isocompute guide``.
 """
 
@@ -12,7 +14,7 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from verl_isocompute.guided.placement import USER, GuidedDataset, guided_dataset
+from verl_isocompute.guided.placement import ASSISTANT, USER, GuidedDataset, guided_dataset
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION
 
 
@@ -21,14 +23,39 @@ class GuideOptions:
     """How guided rows are made (the keys of ``isocompute.guided`` besides ``enable``)."""
 
     solution_key: str = "extra_info.solution"  # column, or dotted path into one, holding the oracle solution
-    placement: str = USER  # user (POPE, arXiv 2601.18779) | assistant (PrefixRL, arXiv 2601.18795)
+    placement: str | None = None  # user (POPE, arXiv 2601.18779) | assistant (PrefixRL, arXiv 2601.18795); None: user, assistant with traces
     ratio: float = 1.0  # guided rows per unguided row; POPE mixes 1:1
     fraction: float = DEFAULT_MAX_FRACTION  # prefix length asked for, as a share of the solution's characters
     max_fraction: float = DEFAULT_MAX_FRACTION  # cap on the prefix share; POPE keeps it around 1/4
     seed: int = 0  # which problems are guided when ratio < 1
+    traces: str | None = None  # a `curate --keep-correct` directory: cut the prefixes from its traces, not solution_key
 
     def build(self, frame) -> GuidedDataset:
-        return guided_dataset(frame, **asdict(self))
+        options = asdict(self)
+        traces = options.pop("traces")
+        placement = options.pop("placement") or (ASSISTANT if traces else USER)
+        solutions = trace_solutions(frame, traces, self.max_fraction) if traces else None
+        return guided_dataset(frame, placement=placement, solutions=solutions, **options)
+
+
+def trace_solutions(frame, traces: str, max_fraction: float) -> list[str | None]:
+    """Per row, the text of the problem's chosen trace (:func:`verl_isocompute.guided.traces.choose_trace`), or None.
+
+    A row is matched to its traces by curation's problem id (prompt messages + ground truth), so any file holding
+    the curated problems works (the curated sets, a mixture, the user's own copy). Raises TracesError (a
+    ValueError naming the file and the fix) when the traces file is missing or unreadable."""
+    from verl_isocompute.guided.prefixes import skip_reason
+    from verl_isocompute.guided.traces import by_problem, choose_trace, read_traces
+    from verl_isocompute.workflow.curate import ground_truth_of, messages_of, problem_id
+
+    kept = by_problem(read_traces(traces))
+    out = []
+    for prompt, reward_model in zip(frame["prompt"], frame.get("reward_model", [None] * len(frame))):
+        messages, truth = messages_of(prompt), ground_truth_of(reward_model)
+        pid = problem_id(messages, truth) if messages is not None and truth is not None else None
+        chosen = choose_trace(kept.get(pid, []), lambda text: skip_reason(text, max_fraction) is None)
+        out.append(None if chosen is None else chosen["text"])
+    return out
 
 
 def read_frames(paths: list[str]):
@@ -70,6 +97,11 @@ def prepare_guided(cfg) -> GuidedDataset | None:
         result = write_mixture(paths, out, options)
     except ValueError as exc:
         raise ValueError(f"isocompute.guided: {exc}") from None
+    if result.guided == 0 and options.traces:
+        raise ValueError(
+            f"isocompute.guided: no training problem has a usable trace in isocompute.guided.traces={options.traces} "
+            f"({result.summary()}); curate these problems there with `isocompute curate --keep-correct [--pass-k K]`"
+        )
     if result.guided == 0:
         raise ValueError(
             f"isocompute.guided: no training problem has a usable prefix at isocompute.guided.solution_key="

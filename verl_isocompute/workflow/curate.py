@@ -218,18 +218,56 @@ def screen(df: pd.DataFrame, check_answers: bool = True) -> tuple[pd.DataFrame, 
 # --- the per-problem cache --------------------------------------------------------------------------
 
 
-class SampleCache:
-    """``samples.jsonl`` (one record per sampled problem) and ``curation.json`` (the settings it holds).
+class _Appended:
+    """A JSON-lines file appended one record at a time; a line cut by an interruption is ignored on reading."""
 
-    Records are appended as problems finish; a line cut by an interruption is ignored on reading.
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = None
+
+    def lines(self) -> list[dict[str, Any]]:
+        out = []
+        if self.path.is_file():
+            for line in self.path.read_text().splitlines():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        return out
+
+    def append(self, record: dict[str, Any]) -> None:
+        if self._file is None:
+            cut = self.path.is_file() and self.path.stat().st_size and not self.path.read_bytes().endswith(b"\n")
+            self._file = open(self.path, "a")
+            if cut:  # a line cut by a kill: end it, so the next record is not glued to it
+                self._file.write("\n")
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()  # a killed curation loses at most the problems still in flight
+
+    def close(self) -> None:
+        if self._file is not None:
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None
+
+
+class SampleCache:
+    """``samples.jsonl`` (one record per sampled problem: its first k samples) and ``curation.json`` (the
+    settings it holds); with ``--pass-k``, ``rejection.jsonl`` (one record per rejection round of a problem);
+    with ``--keep-correct``, ``traces.jsonl.gz`` (the correct responses, :mod:`verl_isocompute.guided.traces`).
+
+    Records are appended as problems (rounds) finish; a line cut by an interruption is ignored on reading.
     """
 
     def __init__(self, out_dir: Path, settings: dict[str, Any], restart: bool = False) -> None:
+        from verl_isocompute.guided.traces import REJECTION_FILE, TRACES_FILE
+
         self.path = out_dir / SAMPLES_FILE
         self.settings_path = out_dir / SETTINGS_FILE
         out_dir.mkdir(parents=True, exist_ok=True)
         if restart:
-            self.path.unlink(missing_ok=True)
+            for name in (SAMPLES_FILE, REJECTION_FILE, TRACES_FILE):
+                (out_dir / name).unlink(missing_ok=True)
         if self.settings_path.is_file() and self.path.is_file():
             old = json.loads(self.settings_path.read_text())
             changed = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
@@ -240,30 +278,108 @@ class SampleCache:
                     "or --restart to discard them"
                 )
         atomic.write_text(self.settings_path, json.dumps(settings, indent=2) + "\n")
-        self._file = None
+        self.samples = _Appended(self.path)
+        self.rounds = _Appended(out_dir / REJECTION_FILE)
+        self.traces_path = out_dir / TRACES_FILE
+        self._traces = None
 
     def load(self) -> dict[str, dict[str, Any]]:
-        records: dict[str, dict[str, Any]] = {}
-        if self.path.is_file():
-            for line in self.path.read_text().splitlines():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                records[record["id"]] = record
-        return records
+        """The newest record of each problem (a problem re-sampled with --resample-untraced has two lines)."""
+        return {record["id"]: record for record in self.samples.lines()}
+
+    def load_rounds(self) -> dict[str, list[dict[str, Any]]]:
+        """Each problem's rejection rounds, in order."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for record in self.rounds.lines():
+            out.setdefault(record["id"], []).append(record)
+        return out
 
     def append(self, record: dict[str, Any]) -> None:
-        if self._file is None:
-            self._file = open(self.path, "a")
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()  # a killed curation loses at most the problems still in flight
+        self.samples.append(record)
+
+    def append_round(self, record: dict[str, Any]) -> None:
+        self.rounds.append(record)
+
+    def keep_traces(self) -> None:
+        """Open ``traces.jsonl.gz`` for appending (created now, so an empty one says: kept, none correct yet)."""
+        from verl_isocompute.guided.traces import TraceWriter
+
+        if self._traces is None:
+            self._traces = TraceWriter(self.traces_path)
+
+    def append_traces(self, lines: list[dict[str, Any]]) -> None:
+        self.keep_traces()
+        self._traces.write(lines)
+
+    def spend(self) -> dict[str, Any]:
+        """Rollouts and tokens of every sampling in the cache, recomputed from its lines (a rerun never adds twice):
+        curation = the first k of each problem (also the k of a record later replaced), rejection = its rounds."""
+        from verl_isocompute.guided.spend import CURATION, REJECTION_SAMPLING, Spend
+
+        def total(lines: list[dict[str, Any]]) -> Spend:
+            return Spend(sum(int(r["k"]) for r in lines), sum(int(sum(r.get("response_tokens", []))) for r in lines))
+
+        return {CURATION: total(self.samples.lines()), REJECTION_SAMPLING: total(self.rounds.lines())}
 
     def close(self) -> None:
-        if self._file is not None:
-            os.fsync(self._file.fileno())
-            self._file.close()
-            self._file = None
+        self.samples.close()
+        self.rounds.close()
+        if self._traces is not None:
+            self._traces.close()
+            self._traces = None
+
+
+# --- what to sample: curation's k, then rejection rounds (pass@K) ----------------------------------
+
+
+def to_resample(records: dict[str, dict[str, Any]], problem_ids: Iterable[str], out: Path, keep_correct: bool,
+                resample_untraced: bool) -> set[str]:
+    """Cached problems to sample again: with --keep-correct, those with a correct sample whose responses were
+    not kept (sampled without the flag). Never mixed silently: without --resample-untraced they are an error
+    naming the fix. (A cached problem with no correct sample has nothing to keep and stays as it is.)"""
+    if not keep_correct:
+        return set()
+    stale = {pid for pid in problem_ids if pid in records and records[pid]["correct"] > 0
+             and not records[pid].get("traces_kept")}
+    if stale and not resample_untraced:
+        raise CurateError(
+            f"{out} holds {len(stale)} problems with correct samples taken without --keep-correct (their responses "
+            "are gone): add --resample-untraced to sample them again (their avg@k is measured anew), or use "
+            "another --out, or --restart"
+        )
+    return stale
+
+
+def progress_of(record: dict[str, Any] | None, rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """A problem's sampling so far: curated (has its first k), samples taken, correct found, rejection rounds done."""
+    if record is None:
+        return {"curated": False, "taken": 0, "found": 0, "rounds": 0}
+    return {"curated": True, "taken": int(record["k"]) + sum(int(r["k"]) for r in rounds),
+            "found": int(record["correct"]) + sum(int(r["correct"]) for r in rounds), "rounds": len(rounds)}
+
+
+def next_round(state: dict[str, Any], k: int, pass_k: int | None) -> tuple[int, int]:
+    """(round, samples) a problem needs next: round 0 = curation's k; then the rejection rounds of
+    :func:`verl_isocompute.guided.traces.rejection_round`; samples 0 when it needs nothing."""
+    from verl_isocompute.guided.traces import rejection_round
+
+    if not state["curated"]:
+        return 0, k
+    return state["rounds"] + 1, rejection_round(k, pass_k, state["taken"], state["found"])
+
+
+def trace_counts(records: dict[str, dict[str, Any]], rounds: dict[str, list[dict[str, Any]]],
+                 traces: list[dict[str, Any]], pass_k: int | None) -> dict[str, Any]:
+    """What the report says about traces and rejection sampling (all recomputed from the cache files)."""
+    have = {t["id"] for t in traces}
+    found = {pid for pid, r in records.items() if r["correct"] > 0} | {pid for pid, rs in rounds.items() if any(r["correct"] for r in rs)}
+    rejected = [r for rs in rounds.values() for r in rs]
+    return {
+        "pass_k": pass_k, "traces": len(traces), "problems_with_trace": len(have),
+        "problems_correct_without_trace": len(found - have),
+        "rejection": {"problems": len(rounds), "rounds": len(rejected), "samples": sum(int(r["k"]) for r in rejected),
+                      "problems_solved": sum(1 for rs in rounds.values() if any(r["correct"] for r in rs))},
+    }
 
 
 # --- difficulty, splits, mixtures -------------------------------------------------------------------
@@ -420,10 +536,12 @@ def write_outputs(
     val_size: int = DEFAULT_VAL_SIZE,
     max_val_fraction: float = DEFAULT_MAX_VAL_FRACTION,
     seed: int = 0,
+    traces: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write difficulty.parquet, splits/, mixtures/, sets/<set>/{train,val}.parquet, difficulty.png, report.md.
 
-    Returns a summary (sizes per split, mixture and train/val set) that the report also shows.
+    Returns a summary (sizes per split, mixture and train/val set; ``traces``: what :func:`trace_counts`
+    says, with --keep-correct) that the report also shows.
     """
     out_dir = Path(out_dir)
     k = int(settings["k"])
@@ -455,6 +573,7 @@ def write_outputs(
         "train_val": {name: (None if tv is None else {"train": tv[0], "val": tv[1]}) for name, tv in train_val.items()},
         "mean_avg_at_k": float(difficulty["avg@k"].mean()) if len(difficulty) else None,
         "thresholds": asdict(thresholds),
+        "traces": traces,
     }
     atomic.write_text(out_dir / "report.md", render_report(summary, settings, skipped))
     atomic.write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -506,6 +625,21 @@ def render_report(summary: dict[str, Any], settings: dict[str, Any], skipped: pd
         for reason, group in skipped.groupby("reason"):
             examples = ", ".join(f"{r}" + (f" ({d})" if d else "") for r, d in zip(group["row"][:3], group["detail"][:3]))
             lines.append(f"| {reason} | {len(group)} | {examples} |")
+    traces = summary.get("traces")
+    if traces is not None:
+        rej = traces["rejection"]
+        lines += ["", "## Traces (PrefixRL, `--keep-correct`)", "",
+                  f"{traces['traces']} correct responses kept for {traces['problems_with_trace']} problems in "
+                  "traces.jsonl.gz (text and token ids; `isocompute guide --traces DIR` cuts prefixes from them)."]
+        if traces["problems_correct_without_trace"]:
+            lines.append(f"{traces['problems_correct_without_trace']} problems with a correct sample have no kept trace "
+                         "(an interruption between a record and its traces).")
+        if traces["pass_k"]:
+            lines += ["", f"Rejection sampling (pass@{traces['pass_k']}): {rej['problems']} problems without a correct "
+                      f"sample in the first {k} got {rej['samples']} more samples in {rej['rounds']} rounds of up to {k}; "
+                      f"{rej['problems_solved']} found a correct one. avg@{k}, pass@{k}, the splits and the mixtures use "
+                      f"the first {k} samples only: rejection samples (rejection.jsonl) never change them."]
+        lines += ["", "Rollouts spent, recomputed from the cache on every run: spend.json (stages curation, rejection_sampling)."]
     lines += ["", "Files: difficulty.parquet, splits/*.parquet, mixtures/*.parquet, sets/<set>/{train,val}.parquet, "
               "difficulty.png, skipped.parquet, samples.jsonl (the per-problem cache), curation.json (its settings).", ""]
     return "\n".join(lines)
@@ -545,6 +679,9 @@ class CurateSettings:
     ray_address: str | None = None
     check_answers: bool = True
     restart: bool = False
+    keep_correct: bool = False  # keep the correct responses as PrefixRL traces (guided/traces.py)
+    pass_k: int | None = None  # rejection sampling: problems with no success get more rounds of k, up to pass_k in all
+    resample_untraced: bool = False  # with keep_correct: sample again cached problems whose responses were not kept
     overrides: tuple[str, ...] = ()
 
     def check(self) -> None:
@@ -570,6 +707,13 @@ class CurateSettings:
             raise CurateError(f"--top-p must be in (0, 1] (1 = off), got {self.top_p}")
         if self.top_k != -1 and self.top_k < 1:
             raise CurateError(f"--top-k must be -1 (off) or at least 1, got {self.top_k}")
+        if self.pass_k is not None and not self.keep_correct:
+            raise CurateError("--pass-k samples more only to find correct responses to keep: add --keep-correct")
+        if self.pass_k is not None and self.pass_k <= self.k:
+            raise CurateError(f"--pass-k {self.pass_k} counts every sample of a problem, curation's --k {self.k} "
+                              "included: give more than --k")
+        if self.resample_untraced and not self.keep_correct:
+            raise CurateError("--resample-untraced re-samples problems to keep their correct responses: add --keep-correct")
         if self.max_response_length is not None and self.max_response_length < 1:
             raise CurateError(f"--max-response-length must be at least 1 token, got {self.max_response_length}")
 
@@ -656,37 +800,55 @@ def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progr
     cache = SampleCache(out, cached_with, restart=settings.restart)
     log(f"[curate] {len(df)} problems: {len(problems)} usable, {len(skipped)} skipped"
         + (f" ({skipped['reason'].value_counts().to_dict()})" if len(skipped) else ""))
-    records = cache.load()
-    pending = problems[~problems["problem_id"].isin(records)]
-    log(f"[curate] {len(problems) - len(pending)} cached, {len(pending)} to sample "
-        f"(k = {settings.k}, {cached_with['rollout']} rollout, model {cached_with['model']})")
+    from verl_isocompute.guided import spend
+    from verl_isocompute.guided.traces import read_traces
+
     try:
-        too_long = _sample(cfg, settings, pending, cache, records, log, progress) if len(pending) else []
+        records, rounds = cache.load(), cache.load_rounds()
+        stale = to_resample(records, problems["problem_id"], out, settings.keep_correct, settings.resample_untraced)
+        if settings.keep_correct:
+            cache.keep_traces()
+        states = {pid: progress_of(None if pid in stale else records.get(pid), rounds.get(pid, []))
+                  for pid in problems["problem_id"]}
+        pending = problems[[next_round(states[pid], settings.k, settings.pass_k)[1] > 0 for pid in problems["problem_id"]]]
+        n_new = sum(not states[pid]["curated"] for pid in pending["problem_id"])
+        log(f"[curate] {len(problems) - n_new} cached, {n_new} to sample "
+            f"(k = {settings.k}, {cached_with['rollout']} rollout, model {cached_with['model']})"
+            + (f"; {len(pending) - n_new} cached problems without a correct sample continue pass@{settings.pass_k}"
+               if settings.pass_k else ""))
+        too_long = _sample(cfg, settings, pending, states, cache, records, rounds, log, progress) if len(pending) else []
     finally:
         cache.close()
+        for stage, spent in cache.spend().items():  # recomputed from the cache: a rerun never counts twice
+            spend.write(out, stage, spent)
     if too_long:
         skipped = pd.concat([skipped, pd.DataFrame(too_long)], ignore_index=True)
     problems = problems[problems["problem_id"].isin(records)].reset_index(drop=True)
     difficulty = difficulty_table(problems, records, settings.k)
+    traces = None
+    if settings.keep_correct:
+        traces = trace_counts(records, rounds, read_traces(out), settings.pass_k)
     return write_outputs(
         out, problems, difficulty, skipped, {**cached_with, "source": source}, settings.thresholds,
         mixture_size=settings.mixture_size, sets=settings.sets, val_size=settings.val_size,
-        max_val_fraction=settings.max_val_fraction, seed=settings.seed,
+        max_val_fraction=settings.max_val_fraction, seed=settings.seed, traces=traces,
     )
 
 
-def _sample(cfg, settings: CurateSettings, pending: pd.DataFrame, cache: SampleCache, records: dict,
-            log: Callable[[str], None], progress: bool) -> list[dict]:
-    """Sample the pending problems into the cache; returns the problems skipped as too long."""
+def _sample(cfg, settings: CurateSettings, pending: pd.DataFrame, states: dict[str, dict], cache: SampleCache,
+            records: dict, rounds: dict, log: Callable[[str], None], progress: bool) -> list[dict]:
+    """Sample the pending problems into the cache (their first k, then pass@K rounds while none is correct);
+    returns the problems skipped as too long."""
     import sys
     import time
 
     from tqdm import tqdm
 
+    from verl_isocompute.guided.traces import trace_lines
     from verl_isocompute.workflow import launch
     from verl_isocompute.workflow.rollouts import KSampler, ProblemTooLong, sample
 
-    sampler = KSampler(cfg, settings.k, settings.concurrency)
+    sampler = KSampler(cfg, settings.k, settings.concurrency, keep_correct=settings.keep_correct)
     ready, too_long = [], []
     for row in pending.to_dict("records"):
         messages = messages_of(row["prompt"])
@@ -703,24 +865,43 @@ def _sample(cfg, settings: CurateSettings, pending: pd.DataFrame, cache: SampleC
         })
     if not ready:
         return too_long
-    bar = tqdm(total=len(ready), unit="problem", desc=f"sampling k={settings.k}", file=sys.stderr,
-               dynamic_ncols=True, disable=not progress)
+    desc = f"sampling k={settings.k}" + (f", pass@{settings.pass_k}" if settings.pass_k else "")
+    bar = tqdm(total=len(ready), unit="problem", desc=desc, file=sys.stderr, dynamic_ncols=True, disable=not progress)
 
-    def done(record: dict) -> None:
-        cache.append(record)
-        records[record["id"]] = record
-        bar.update(1)
+    def plan(problem: dict) -> tuple[int, int]:
+        return next_round(states[problem["problem_id"]], settings.k, settings.pass_k)
+
+    def done(problem: dict, record: dict) -> None:
+        pid, state = record["id"], states[problem["problem_id"]]
+        kept = record.pop("kept", [])
+        round_ = plan(problem)[0]
+        if round_ == 0:  # curation's first k: the difficulty
+            if settings.keep_correct:
+                record["traces_kept"] = True
+            cache.append(record)
+            records[pid] = record
+            state.update(progress_of(record, []))
+        else:  # a rejection round: kept apart, so avg@k and the splits never see it
+            record["round"] = round_
+            cache.append_round(record)
+            rounds.setdefault(pid, []).append(record)
+            state.update(taken=state["taken"] + record["k"], found=state["found"] + record["correct"], rounds=round_)
+        # after the record: an interruption between the two loses this round's traces, never duplicates them
+        if settings.keep_correct:
+            cache.append_traces(trace_lines(pid, round_, kept))
+        if plan(problem)[1] == 0:
+            bar.update(1)
 
     started = time.perf_counter()
     # SIGTERM / Ctrl-C raise at once (also inside ray.get); Ray and its rollout servers are shut down
     # before the exception leaves, and what was sampled stays cached.
     try:
         with launch.stopping_ray():
-            sample(sampler, ready, done, ray_address=settings.ray_address)
+            sample(sampler, ready, done, ray_address=settings.ray_address, next_round=plan)
     except launch.Interrupted:
         launch.shutdown_ray()
         raise
     finally:
         bar.close()
-    log(f"[curate] sampled {len(ready)} problems x {settings.k} in {time.perf_counter() - started:.0f} s")
+    log(f"[curate] sampled {len(ready)} problems in {time.perf_counter() - started:.0f} s")
     return too_long

@@ -65,13 +65,14 @@ class ProblemTooLong(ValueError):
 class KSampler:
     """Started replicas of the recipe's rollout backend, a tokenizer and the reward function."""
 
-    def __init__(self, cfg: DictConfig, k: int, concurrency: int = 64) -> None:
+    def __init__(self, cfg: DictConfig, k: int, concurrency: int = 64, keep_correct: bool = False) -> None:
         from transformers import AutoTokenizer
         from verl.trainer.ppo.reward import get_custom_reward_fn
 
         self.cfg = cfg
         self.k = k
         self.concurrency = concurrency
+        self.keep_correct = keep_correct  # records carry "kept": the correct responses' text and token ids
         rollout = cfg.actor_rollout_ref.rollout
         self.prompt_length = int(rollout.prompt_length)
         self.sampling_params = {
@@ -117,30 +118,40 @@ class KSampler:
         ]
         await asyncio.gather(*[replica.init_standalone() for replica in self.replicas])
 
+    def text(self, token_ids: list[int]) -> str:
+        """A response as the reward sees it (special tokens skipped, as verl's reward managers do)."""
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
     async def _score(self, problem: dict[str, Any], token_ids: list[int]) -> tuple[bool, Any]:
-        text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        text = self.text(token_ids)
         result = await asyncio.to_thread(
             self.reward_fn, data_source=problem.get("data_source"), solution_str=text,
             ground_truth=problem["ground_truth"], extra_info=problem.get("extra_info"),
         )
         return correct(result)
 
-    async def _problem(self, index: int, problem: dict[str, Any], prompt_ids: list[int]) -> dict[str, Any]:
+    async def _problem(self, index: int, problem: dict[str, Any], prompt_ids: list[int], n: int | None = None,
+                       round_: int = 0) -> dict[str, Any]:
         server = self.replicas[index % len(self.replicas)].server_handle
+        n = self.k if n is None else n
         outputs = await asyncio.gather(*[
             server.generate.remote(prompt_ids=prompt_ids, sampling_params=dict(self.sampling_params),
-                                   request_id=f"curate-{problem['problem_id']}-{i}")
-            for i in range(self.k)
+                                   request_id=f"curate-{problem['problem_id']}-{round_}-{i}")
+            for i in range(n)
         ])
         scored = await asyncio.gather(*[self._score(problem, out.token_ids) for out in outputs])
         max_tokens = self.sampling_params["max_tokens"]
-        return {
-            "id": problem["problem_id"], "k": self.k, "correct": int(sum(ok for ok, _ in scored)),
+        record = {
+            "id": problem["problem_id"], "k": n, "correct": int(sum(ok for ok, _ in scored)),
             "scores": [int(ok) for ok, _ in scored],
             "answers": [None if a is None else str(a)[:64] for _, a in scored],
             "response_tokens": [len(out.token_ids) for out in outputs],
             "truncated": int(sum(len(out.token_ids) >= max_tokens for out in outputs)),
         }
+        if self.keep_correct:
+            record["kept"] = [{"sample": i, "text": self.text(out.token_ids), "token_ids": [int(t) for t in out.token_ids]}
+                              for i, (out, (ok, _)) in enumerate(zip(outputs, scored)) if ok]
+        return record
 
     async def run(self, problems: list[dict[str, Any]], on_done: Callable[[dict[str, Any]], None]) -> None:
         """Sample and score every problem (dicts with problem_id, messages, ground_truth, ...)."""
@@ -154,14 +165,35 @@ class KSampler:
 
         await asyncio.gather(*[one(i, p) for i, p in enumerate(problems)])
 
+    async def run_rounds(self, problems: list[dict[str, Any]], on_done: Callable[[dict[str, Any], dict[str, Any]], None],
+                         next_round: Callable[[dict[str, Any]], tuple[int, int]]) -> None:
+        """Sample each problem in rounds (rejection sampling): ``next_round(problem)`` gives (round, samples),
+        samples 0 when the problem is done; each round's record goes to ``on_done(problem, record)``, which
+        updates what ``next_round`` sees. A problem's rounds run one after the other, problems concurrently."""
+        await self.start()
+        gate = asyncio.Semaphore(self.concurrency)
 
-def sample(sampler: KSampler, problems: list[dict[str, Any]], on_done: Callable[[dict[str, Any]], None],
-           ray_address: str | None = None) -> None:
-    """Start Ray and the rollout replicas, sample and score every problem (each with ``prompt_ids``), stop Ray."""
+        async def one(index: int, problem: dict[str, Any]) -> None:
+            while True:
+                round_, n = next_round(problem)
+                if n <= 0:
+                    return
+                async with gate:
+                    record = await self._problem(index, problem, problem["prompt_ids"], n, round_)
+                on_done(problem, record)
+
+        await asyncio.gather(*[one(i, p) for i, p in enumerate(problems)])
+
+
+def sample(sampler: KSampler, problems: list[dict[str, Any]], on_done: Callable[..., None],
+           ray_address: str | None = None, next_round: Callable[[dict[str, Any]], tuple[int, int]] | None = None) -> None:
+    """Start Ray and the rollout replicas, sample and score every problem (each with ``prompt_ids``), stop Ray.
+
+    With ``next_round``, in rounds (:meth:`KSampler.run_rounds`) instead of k samples each."""
     import ray
 
     _ray_init(sampler.cfg, ray_address)
     try:
-        asyncio.run(sampler.run(problems, on_done))
+        asyncio.run(sampler.run(problems, on_done) if next_round is None else sampler.run_rounds(problems, on_done, next_round))
     finally:
         ray.shutdown()
