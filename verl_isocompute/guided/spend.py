@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterable
 
 from verl_isocompute import atomic
+from verl_isocompute.runlog import WITH_GUIDANCE
 
 SPEND = "spend.json"
 CURATION, REJECTION_SAMPLING, PREFIX_SEARCH = "curation", "rejection_sampling", "prefix_search"
@@ -72,7 +73,7 @@ def write(where: str | os.PathLike, stage: str, spend: Spend) -> Path:
     stages = read(path)
     stages[stage] = spend
     path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic.write_json(path, {"stages": {s: {"rollouts": v.rollouts, "tokens": v.tokens} for s, v in stages.items()}})
+    return atomic.write_json(path, {"stages": as_json(stages)})
 
 
 def total(wheres: Iterable[str | os.PathLike]) -> dict[str, Spend]:
@@ -87,3 +88,16 @@ def total(wheres: Iterable[str | os.PathLike]) -> dict[str, Spend]:
         for stage, spend in read(path).items():
             out[stage] = out.get(stage, Spend()) + spend
     return out
+
+
+def as_json(stages: dict[str, Spend]) -> dict[str, dict[str, int]]:
+    """``{stage: {"rollouts": ..., "tokens": ...}}``: the spend file's ``stages`` and the run-log header's
+    ``guidance_spend``."""
+    return {stage: {"rollouts": s.rollouts, "tokens": s.tokens} for stage, s in stages.items()}
+
+
+def with_guidance(rollouts: int, tokens: int, stages: dict[str, Spend]) -> dict[str, int]:
+    """A run-log row's C and tokens with the guidance spend added: ``rollouts_with_guidance`` and
+    ``tokens_with_guidance`` (``rollouts`` / ``tokens`` stay training-only)."""
+    spent = sum(stages.values(), Spend())
+    return {WITH_GUIDANCE["rollouts"]: int(rollouts) + spent.rollouts, WITH_GUIDANCE["tokens"]: int(tokens) + spent.tokens}
