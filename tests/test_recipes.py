@@ -77,3 +77,14 @@ def test_gpu_run_examples_compose(script):
     assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.data.train_batch_size == 32
     assert cfg.actor_rollout_ref.actor.use_kl_loss == (out[4] == "isocompute_easy")
     assert cfg.actor_rollout_ref.rollout.n == (128 if "easy" in script else 64)
+
+
+def test_guided_recipe_is_hard_plus_guidance():
+    """isocompute_hard_guided repeats Hard's settings (hydra cannot layer two primary recipes): the same config
+    but for the guided block, the recipe name and the longer prompts."""
+    given = ["actor_rollout_ref.model.path=/models/m", "data.train_files=/d/t.parquet", "data.val_files=/d/v.parquet"]
+    hard = OmegaConf.to_container(compose_recipe("isocompute_hard", [*given, "data.max_prompt_length=2048"]), resolve=True)
+    guided = OmegaConf.to_container(compose_recipe("isocompute_hard_guided", given), resolve=True)
+    assert guided["isocompute"].pop("guided") == {**hard["isocompute"].pop("guided"), "enable": True}  # POPE's 1:1, quarter cap
+    assert (guided["isocompute"].pop("recipe"), hard["isocompute"].pop("recipe")) == ("isocompute_hard_guided", "isocompute_hard")
+    assert guided == hard
