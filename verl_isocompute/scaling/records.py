@@ -26,7 +26,9 @@ Generated tokens, when not logged, are the running sum of ``response_length/mean
 steps (verl logs the mean response length of every training batch), possible only if no step is missing.
 Our trainer's counters in verl's loggers (``isocompute/rollouts``, ``isocompute/tokens``) are used as C
 when present (:func:`verl_isocompute.scaling.sources.compute_names`). Every derivation is reported in
-:attr:`RunLogs.notes`.
+:attr:`RunLogs.notes`. ``rollouts_with_guidance`` (guided runs: C plus the rollouts spent before training to
+make the guided data, :mod:`verl_isocompute.runlog`) is every run's C plus its logged spend, 0 for a run that
+logs none, so ``--compute rollouts_with_guidance`` compares guided runs with unguided baselines.
 
 Duplicate steps (a resumed run re-logs the steps it re-ran) keep the last value logged for each metric.
 Values logged as NaN, inf or null (verl's orjson writes NaN as null) are counted per metric and dropped;
