@@ -110,6 +110,8 @@ class ComputeCounter:
 class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
     """verl's sync on-policy trainer with the IsoCompute recipe's masks, compute accounting and run log."""
 
+    with_guidance = False  # the run log adds C with the guided data's spend (set by _prepare_guided)
+
     def __init__(self, config) -> None:
         super().__init__(config)
         self._read_settings(config)
