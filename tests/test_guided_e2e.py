@@ -6,7 +6,9 @@ trainer (tests/fixtures/batch_dump_trainer.py): prompt ids, response ids, ``resp
 and ``extra_info`` of every row. Checked: every guided row's prompt holds its prefix (assistant placement:
 the prompt ids are exactly the unguided prompt's ids followed by the prefix's ids, so no prefix token can be
 a response token and none is under ``response_mask``); the masks cover exactly the response; validation
-sees only the unguided problems; guided and unguided training accuracy are logged apart.
+sees only the unguided problems; guided and unguided training accuracy are logged apart, and per placement.
+The trainer's own run-time check (guided/check.py) ran on every assistant-placed row of every step, and the
+run log adds the spend files of the guided data (``isocompute.guided.spend``) to C.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from verl_runs import FIXTURES, PARITY_REWARD, Run, run_recipe
 
 from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
 from verl_isocompute.guided import placement as G
+from verl_isocompute.guided import spend
 
 pytestmark = pytest.mark.e2e
 B_PROBLEM, N, STEPS = 8, 4, 2
+# What the (simulated) tools that made the guided data spent before training: two spend files.
+SPENT = {spend.PREFIX_SEARCH: spend.Spend(96, 12_345), spend.REJECTION_SAMPLING: spend.Spend(512, 70_000)}
 
 
 def with_solutions(path: Path) -> pd.DataFrame:
@@ -54,11 +59,14 @@ def guided_run(tmp_path_factory, isocompute_cache, tiny_model_path) -> tuple[Run
     mixed = mixed_dataset(problems)
     mixed.to_parquet(root / "guided.parquet", index=False)
     dump = root / "batches"
+    spend.write(root / "search", spend.PREFIX_SEARCH, SPENT[spend.PREFIX_SEARCH])
+    spend.write(root / "traces", spend.REJECTION_SAMPLING, SPENT[spend.REJECTION_SAMPLING])
     run = run_recipe(
         "isocompute_hard", root / "run", "+platform=cpu", PARITY_REWARD, "isocompute.data.source=files",
         f"data.train_files={root / 'guided.parquet'}", f"data.val_files={val}", "data.max_prompt_length=256",
         f"trainer.total_training_steps={STEPS}", "trainer.val_before_train=false",
         "trainer.v1.trainer_mode=isocompute_batch_dump",
+        f"isocompute.guided.spend=[{root / 'search'},{root / 'traces' / 'spend.json'}]",
         env={"PYTHONPATH": str(FIXTURES), "VERL_USE_EXTERNAL_MODULES": "batch_dump_trainer", "ISOCOMPUTE_BATCH_DUMP": str(dump)},
     )
     return run, problems, dump
@@ -123,3 +131,28 @@ def test_guided_and_unguided_accuracy_are_logged_apart(guided_run):
             if rows_of_kind:  # the parity reward's acc is its score
                 mean = sum(b["score"] for b in rows_of_kind) / len(rows_of_kind)
                 assert row[f"isocompute/{kind}/train_acc"] == pytest.approx(mean)
+
+
+def test_trainer_checked_every_assistant_prefix_and_logs_each_placement(guided_run):
+    run, _, dump = guided_run
+    rows = {r["step"]: r for r in run.run_log[1:]}
+    for step in range(1, STEPS + 1):
+        batch = [json.loads(x) for x in (dump / f"{step}.jsonl").read_text().splitlines()]
+        row = rows[step]
+        assistant = [b for b in batch if b["extra_info"]["placement"] == G.ASSISTANT]
+        assert row["isocompute/guided_prefix_checked"] == len(assistant) > 0  # every assistant-placed row, each step
+        for placement in G.PLACEMENTS:
+            of_kind = [b for b in batch if b["extra_info"]["placement"] == placement]
+            assert row[f"isocompute/guided_{placement}_rows"] == len(of_kind) > 0
+            assert row[f"isocompute/guided_{placement}/train_acc"] == pytest.approx(sum(b["score"] for b in of_kind) / len(of_kind))
+
+
+def test_run_log_counts_c_with_and_without_the_guidance_spend(guided_run):
+    run, _, _ = guided_run
+    header, *rows = run.run_log
+    assert header["header"]["guidance_spend"] == spend.as_json(SPENT)
+    total = sum(SPENT.values(), spend.Spend())
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1)) and rows[-1]["rollouts"] == STEPS * B_PROBLEM * N
+    for r in rows:  # rollouts stay training-only; the guided data's spend is added on top
+        assert r["rollouts_with_guidance"] == r["rollouts"] + total.rollouts
+        assert r["tokens_with_guidance"] == r["tokens"] + total.tokens

@@ -18,7 +18,7 @@ from verl_isocompute.training.config import RecipeError, compose_recipe, prepare
 
 def test_recipe_defaults_are_the_options_defaults():
     block = OmegaConf.to_container(compose_recipe("isocompute_hard").isocompute.guided)
-    assert block.pop("enable") is False
+    assert block.pop("enable") is False and block.pop("spend") == []
     assert block == asdict(GuideOptions())
 
 

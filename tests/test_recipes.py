@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
 from verl_isocompute.training.names import GRPO_ESTIMATOR, TRAINER, ZERO_VARIANCE_MODES
 
-RECIPES = ["isocompute_easy", "isocompute_hard", "isocompute_mixed", "cpu_demo"]
+RECIPES = ["isocompute_easy", "isocompute_hard", "isocompute_hard_guided", "isocompute_mixed", "cpu_demo"]
 
 
 def compose_recipe(name: str, overrides: list[str] | None = None):
@@ -40,7 +40,7 @@ def test_recipe_composes_and_is_the_healthy_recipe(name, tiny_model_path, monkey
 
 
 def test_gpu_recipes_keep_the_paper_sizes():
-    for name in ("isocompute_easy", "isocompute_hard", "isocompute_mixed"):
+    for name in ("isocompute_easy", "isocompute_hard", "isocompute_hard_guided", "isocompute_mixed"):
         cfg = compose_recipe(name)
         assert cfg.data.max_response_length == 8192
         assert cfg.isocompute.lr.base_lr == 1e-6 and cfg.isocompute.lr.warmup_steps == 10
@@ -51,7 +51,7 @@ def test_regularisers_on_for_easy_off_for_hard_and_mixed():
     easy = compose_recipe("isocompute_easy").actor_rollout_ref.actor
     assert easy.use_kl_loss and easy.kl_loss_coef == 0.001 and easy.kl_loss_type == "low_var_kl"
     assert easy.entropy_coeff == 0.001
-    for name in ("isocompute_hard", "isocompute_mixed"):
+    for name in ("isocompute_hard", "isocompute_hard_guided", "isocompute_mixed"):
         actor = compose_recipe(name).actor_rollout_ref.actor
         assert not actor.use_kl_loss and actor.entropy_coeff == 0
 
@@ -77,3 +77,14 @@ def test_gpu_run_examples_compose(script):
     assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.data.train_batch_size == 32
     assert cfg.actor_rollout_ref.actor.use_kl_loss == (out[4] == "isocompute_easy")
     assert cfg.actor_rollout_ref.rollout.n == (128 if "easy" in script else 64)
+
+
+def test_guided_recipe_is_hard_plus_guidance():
+    """isocompute_hard_guided repeats Hard's settings (hydra cannot layer two primary recipes): the same config
+    but for the guided block, the recipe name and the longer prompts."""
+    given = ["actor_rollout_ref.model.path=/models/m", "data.train_files=/d/t.parquet", "data.val_files=/d/v.parquet"]
+    hard = OmegaConf.to_container(compose_recipe("isocompute_hard", [*given, "data.max_prompt_length=2048"]), resolve=True)
+    guided = OmegaConf.to_container(compose_recipe("isocompute_hard_guided", given), resolve=True)
+    assert guided["isocompute"].pop("guided") == {**hard["isocompute"].pop("guided"), "enable": True}  # POPE's 1:1, quarter cap
+    assert (guided["isocompute"].pop("recipe"), hard["isocompute"].pop("recipe")) == ("isocompute_hard_guided", "isocompute_hard")
+    assert guided == hard

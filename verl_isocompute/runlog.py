@@ -11,6 +11,14 @@ Every run of our recipes writes ``<run dir>/isocompute.jsonl``: JSON lines, one 
   step's update used) and ``train/reward``; validation steps add ``val/avg@k``, ``val/best@k``,
   ``val/worst@k`` (unbiased estimators, overall and per data source). A step-0 row carries the
   validation before training.
+- Guided runs (docs/GUIDED.md) that name the spend files of their guided data
+  (``isocompute.guided.spend``, :mod:`verl_isocompute.guided.spend`) add the header key
+  ``guidance_spend`` = ``{stage: {"rollouts": R, "tokens": T}}`` (curation, rejection sampling, prefix
+  search: sampling done *before* training to make the guided data) and, on every row,
+  ``rollouts_with_guidance`` / ``tokens_with_guidance`` = the row's ``rollouts`` / ``tokens`` + the stages'
+  totals: C including that compute, as PrefixRL (arXiv 2601.18795) counts it. ``rollouts`` and ``tokens``
+  stay training-only, so fits of C are unchanged; ``isocompute fit --compute rollouts_with_guidance`` uses
+  the other column (a run without it, e.g. an unguided baseline, counts its ``rollouts``).
 
 The writer (:class:`RunLogWriter`) appends a line per step and, when a run resumes from a checkpoint,
 atomically rewrites the file without the rows past the resumed step. The reader (:func:`read_jsonl`,
@@ -37,6 +45,9 @@ CONSOLE_LOG = "verl.log"  # the run's console output, where a wrapper (demo, swe
 
 ROW_KEYS = ("step", "n", "b_problem", "rollouts", "tokens", "epoch")
 HEADER = "header"
+# Guided runs with spend files (module docstring): the header key, and each row's C / tokens including them.
+GUIDANCE_SPEND = "guidance_spend"
+WITH_GUIDANCE = {"rollouts": "rollouts_with_guidance", "tokens": "tokens_with_guidance"}
 
 
 class RunLogError(ValueError):

@@ -13,7 +13,8 @@ its own: the prefix never enters ``responses``, ``response_mask``, the loss, the
 the TIS weights. (The chat template's ``continue_final_message`` would render the same text, but through a
 separate code path than verl's builder for unguided rows; appending keeps guided = unguided prompt + prefix.)
 
-The prefix is tokenised alone (no special tokens). Prefixes end at a line boundary
+The prefix is tokenised alone (no special tokens, :func:`~verl_isocompute.guided.check.prefix_token_ids`, which
+the trainer's run-time check uses too). Prefixes end at a line boundary
 (:mod:`verl_isocompute.guided.prefixes`), where tokenisers do not merge across, so these are the tokens the
 prefix has inside the full solution. The reward sees the response only (the continuation), which is where
 the final answer of a capped prefix is.
@@ -24,6 +25,7 @@ from __future__ import annotations
 from verl.experimental.agent_loop.agent_loop import register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
+from verl_isocompute.guided.check import prefix_token_ids
 from verl_isocompute.guided.placement import PREFIX_AGENT
 
 
@@ -39,5 +41,5 @@ class PrefixContinuationAgentLoop(SingleTurnAgentLoop):
                 "verl_isocompute.guided.placement (placement='assistant')"
             )
         prompt_ids = await super().ct_build_initial_tokens(messages[:-1], tools=tools, **mm)
-        prefix_ids = self.tokenizer.encode(messages[-1]["content"], add_special_tokens=False)
+        prefix_ids = prefix_token_ids(self.tokenizer, messages[-1]["content"])
         return self._cap_text_prompt_length(list(prompt_ids) + list(prefix_ids))

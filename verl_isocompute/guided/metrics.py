@@ -4,22 +4,35 @@ POPE (arXiv 2601.18779) and PrefixRL (arXiv 2601.18795) train on guided and ungu
 the unguided rows' accuracy is the signal that guidance transfers back, and averaging it with the (higher)
 guided accuracy would hide it. Rows are told apart by ``extra_info.guided``
 (:mod:`verl_isocompute.guided.placement`). Datasets with no such mark get no metrics.
+
+A dataset may mix both placements (POPE's user turn and PrefixRL's assistant turn, ``extra_info.placement``):
+the guided rows are then split again per placement, since the two condition the policy differently and
+their accuracies need not agree.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from verl_isocompute.guided.placement import PLACEMENTS
+
 
 def guided_metrics(extra_infos: list, acc: np.ndarray, real: np.ndarray) -> dict[str, float]:
     """``isocompute/{guided,unguided}_rows`` (rollouts of each kind in the step) and, for a kind present,
-    ``isocompute/{guided,unguided}/train_acc`` (their mean accuracy). Padding rows (``real`` False) are left out."""
+    ``isocompute/{guided,unguided}/train_acc`` (their mean accuracy); when guided rows of more than one
+    placement are in the step, also ``isocompute/guided_{user,assistant}_rows`` and, for a placement
+    present, ``isocompute/guided_{user,assistant}/train_acc``. Padding rows (``real`` False) are left out."""
     infos = [info if isinstance(info, dict) else {} for info in extra_infos]
     if not any("guided" in info for info in infos):
         return {}
     guided = np.array([bool(info.get("guided", False)) for info in infos], dtype=bool)
+    placement = np.array([str(info.get("placement") or "") for info in infos], dtype=object)
+    kinds = [("guided", guided & real), ("unguided", ~guided & real)]
+    placed = [(p, guided & real & (placement == p)) for p in PLACEMENTS]
+    if sum(rows.any() for _, rows in placed) > 1:
+        kinds += [(f"guided_{p}", rows) for p, rows in placed]
     out: dict[str, float] = {}
-    for kind, rows in (("guided", guided & real), ("unguided", ~guided & real)):
+    for kind, rows in kinds:
         out[f"isocompute/{kind}_rows"] = int(rows.sum())
         if rows.any():
             out[f"isocompute/{kind}/train_acc"] = float(np.asarray(acc, dtype=float)[rows].mean())

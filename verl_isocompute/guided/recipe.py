@@ -2,10 +2,19 @@
 
 With ``isocompute.guided.enable=true`` the training parquet files are mixed with guided copies of their
 problems (:func:`verl_isocompute.guided.placement.guided_dataset`) into ``<run_dir>/guided/train.parquet``,
-which becomes ``data.train_files``. The prefixes are cut from the ``solution_key`` column (oracle solutions,
-POPE) or, with ``traces`` set to a curation directory, from the base model's correct responses that
-``isocompute curate --keep-correct`` kept there (PrefixRL, :mod:`verl_isocompute.guided.traces`). Validation files are never touched: validation measures the unguided
-problems, POPE's transfer measure (arXiv 2601.18779). The same options drive ``isocompute guide``.
+which becomes ``data.train_files``: by our entry point before Ray starts, or, through verl's stock
+``main_ppo``, by our trainer before verl builds its datasets (:func:`prepare_guided` is applied once: a config
+already pointing at the mixture is left alone). The prefixes are cut from the ``solution_key`` column
+(oracle solutions, POPE) or, with ``traces`` set to a curation directory, from the base model's correct
+responses that ``isocompute curate --keep-correct`` kept there (PrefixRL, :mod:`verl_isocompute.guided.traces`).
+The same options drive ``isocompute guide``.
+
+Validation measures the unguided problems, POPE's transfer measure (arXiv 2601.18779): validation files are
+never transformed, and one holding guided rows is refused (:func:`check_validation_files`).
+
+``isocompute.guided.spend`` lists the spend files (or their directories) of the guided data the run trains
+on (:mod:`verl_isocompute.guided.spend`): rollouts spent before training on curation, rejection sampling
+and the prefix search, which the run log adds to C for PrefixRL's comparison (arXiv 2601.18795).
 """
 
 from __future__ import annotations
@@ -14,8 +23,12 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from verl_isocompute.guided import spend
 from verl_isocompute.guided.placement import ASSISTANT, USER, GuidedDataset, guided_dataset
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION
+
+# Keys of isocompute.guided that are not GuideOptions (how rows are made).
+ENABLE, SPEND = "enable", "spend"
 
 
 @dataclass(frozen=True)
@@ -75,24 +88,100 @@ def write_mixture(paths: list[str], out: Path, options: GuideOptions) -> GuidedD
     return result
 
 
+def _files(cfg, key: str) -> list[str]:
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(cfg, key)
+    return [str(p) for p in value] if OmegaConf.is_list(value) else [str(value)]
+
+
+def guided_block(cfg) -> dict:
+    """``isocompute.guided`` as a plain dict (``{}`` when the config has none)."""
+    from omegaconf import OmegaConf
+
+    block = OmegaConf.select(cfg, "isocompute.guided", default=None)
+    return OmegaConf.to_container(block, resolve=True) if block is not None else {}
+
+
+def spend_locations(block: dict) -> list[str]:
+    """Where the spend files of the guided data are, from the ``isocompute.guided`` block: the ``spend`` key
+    (a spend.json file or its directory, or a list of them), plus the spend file of the ``traces`` directory
+    when guidance is on and the directory has one (curation and rejection sampling made those traces: PrefixRL's
+    comparison counts them, arXiv 2601.18795). The one place that collects them."""
+    value = block.get(SPEND) or []
+    locations = [str(value)] if isinstance(value, (str, os.PathLike)) else [str(v) for v in value]
+    traces = block.get("traces")
+    if block.get(ENABLE) and traces and spend.path_of(traces).is_file():
+        locations.append(str(traces))
+    return locations
+
+
+def guidance_spend(cfg) -> dict[str, spend.Spend]:
+    """Per-stage rollouts and tokens spent before training on the guided data (``isocompute.guided.spend``).
+
+    Raises ValueError naming a listed location that holds no spend file."""
+    locations = spend_locations(guided_block(cfg))
+    for where in locations:
+        if not spend.path_of(where).is_file():
+            raise ValueError(
+                f"isocompute.guided.spend: {where} holds no {spend.SPEND}; list the spend.json files (or their "
+                "directories) written by the tools that made the guided data, or drop the entry"
+            )
+    try:
+        return spend.total(locations)
+    except spend.SpendError as exc:
+        raise ValueError(f"isocompute.guided.spend: {exc}") from None
+
+
+def guided_rows(path: str) -> int:
+    """Rows of a parquet file marked ``extra_info.guided`` true (0 for a file without the mark)."""
+    import pyarrow.parquet as pq
+
+    if "extra_info" not in pq.read_schema(os.path.expanduser(path)).names:
+        return 0
+    infos = pq.read_table(os.path.expanduser(path), columns=["extra_info"]).column("extra_info").to_pylist()
+    return sum(1 for info in infos if isinstance(info, dict) and info.get("guided"))
+
+
+def check_validation_files(cfg) -> None:
+    """Validation is on the unguided problems only (POPE's back-generalisation measure, arXiv 2601.18779):
+    a ``data.val_files`` file with guided rows is a ValueError naming it and the fix. Remote paths are verl's."""
+    for path in _files(cfg, "data.val_files"):
+        if "://" in path or not Path(os.path.expanduser(path)).is_file():
+            continue
+        count = guided_rows(path)
+        if count:
+            raise ValueError(
+                f"data.val_files: {path} holds {count} guided rows (extra_info.guided true); validation measures "
+                "the unguided problems: pass the original file (guide only data.train_files, or isocompute.guided.enable=true)"
+            )
+
+
+def mixture_path(cfg) -> Path:
+    """Where the guided mixture of a run is written: ``<run_dir>/guided/train.parquet``."""
+    return Path(os.path.expanduser(str(cfg.isocompute.run_dir))).absolute() / "guided" / "train.parquet"
+
+
 def prepare_guided(cfg) -> GuidedDataset | None:
-    """Apply ``isocompute.guided`` to ``cfg`` (after the data is resolved); None when it is off.
+    """Apply ``isocompute.guided`` to ``cfg`` (after the data is resolved); None when it is off, or when
+    ``data.train_files`` already is the run's mixture (applied by our entry point, now seen by the trainer).
 
     Raises ValueError naming the key when an option is bad or when no problem got a prefix (a wrong
     ``solution_key`` is the usual cause: every row is then counted as ``missing``)."""
-    from omegaconf import OmegaConf, open_dict
+    from omegaconf import open_dict
 
-    block = OmegaConf.select(cfg, "isocompute.guided", default=None)
-    if block is None or not block.get("enable", False):
+    block = guided_block(cfg)
+    if not block.get(ENABLE, False):
         return None
     known = {f.name for f in fields(GuideOptions)}
-    unknown = set(block) - known - {"enable"}
+    unknown = set(block) - known - {ENABLE, SPEND}
     if unknown:
-        raise ValueError(f"isocompute.guided: unknown key(s) {sorted(unknown)}; known: enable, {', '.join(sorted(known))}")
-    options = GuideOptions(**{k: v for k, v in OmegaConf.to_container(block, resolve=True).items() if k != "enable"})
-    value = OmegaConf.select(cfg, "data.train_files")
-    paths = [str(p) for p in value] if OmegaConf.is_list(value) else [str(value)]
-    out = Path(os.path.expanduser(str(cfg.isocompute.run_dir))).absolute() / "guided" / "train.parquet"
+        raise ValueError(f"isocompute.guided: unknown key(s) {sorted(unknown)}; known: {ENABLE}, {SPEND}, {', '.join(sorted(known))}")
+    options = GuideOptions(**{k: v for k, v in block.items() if k in known})
+    paths = _files(cfg, "data.train_files")
+    out = mixture_path(cfg)
+    if paths == [str(out)]:
+        return None
     try:
         result = write_mixture(paths, out, options)
     except ValueError as exc:

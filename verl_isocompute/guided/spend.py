@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterable
 
 from verl_isocompute import atomic
+from verl_isocompute.runlog import WITH_GUIDANCE
 
 SPEND = "spend.json"
 CURATION, REJECTION_SAMPLING, PREFIX_SEARCH = "curation", "rejection_sampling", "prefix_search"
@@ -45,14 +46,15 @@ class Spend:
         return Spend(self.rollouts + other.rollouts, self.tokens + other.tokens)
 
 
-def _path(where: str | os.PathLike) -> Path:
+def path_of(where: str | os.PathLike) -> Path:
+    """The spend file meant by ``where``: the file itself, or ``spend.json`` in a directory."""
     where = Path(os.path.expanduser(str(where)))
     return where / SPEND if where.is_dir() or where.suffix != ".json" else where
 
 
 def read(where: str | os.PathLike) -> dict[str, Spend]:
     """The stages of a spend file (``where`` is the file or its directory); ``{}`` when there is none."""
-    path = _path(where)
+    path = path_of(where)
     if not path.exists():
         return {}
     try:
@@ -68,11 +70,11 @@ def write(where: str | os.PathLike, stage: str, spend: Spend) -> Path:
         raise ValueError(f"stage={stage!r}: use one of {', '.join(STAGES)}")
     if spend.rollouts < 0 or spend.tokens < 0:
         raise ValueError(f"spend must be >= 0, got {spend}")
-    path = _path(where)
+    path = path_of(where)
     stages = read(path)
     stages[stage] = spend
     path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic.write_json(path, {"stages": {s: {"rollouts": v.rollouts, "tokens": v.tokens} for s, v in stages.items()}})
+    return atomic.write_json(path, {"stages": as_json(stages)})
 
 
 def total(wheres: Iterable[str | os.PathLike]) -> dict[str, Spend]:
@@ -80,10 +82,23 @@ def total(wheres: Iterable[str | os.PathLike]) -> dict[str, Spend]:
     seen: set[Path] = set()
     out: dict[str, Spend] = {}
     for where in wheres:
-        path = _path(where).absolute()
+        path = path_of(where).absolute()
         if path in seen:
             continue
         seen.add(path)
         for stage, spend in read(path).items():
             out[stage] = out.get(stage, Spend()) + spend
     return out
+
+
+def as_json(stages: dict[str, Spend]) -> dict[str, dict[str, int]]:
+    """``{stage: {"rollouts": ..., "tokens": ...}}``: the spend file's ``stages`` and the run-log header's
+    ``guidance_spend``."""
+    return {stage: {"rollouts": s.rollouts, "tokens": s.tokens} for stage, s in stages.items()}
+
+
+def with_guidance(rollouts: int, tokens: int, stages: dict[str, Spend]) -> dict[str, int]:
+    """A run-log row's C and tokens with the guidance spend added: ``rollouts_with_guidance`` and
+    ``tokens_with_guidance`` (``rollouts`` / ``tokens`` stay training-only)."""
+    spent = sum(stages.values(), Spend())
+    return {WITH_GUIDANCE["rollouts"]: int(rollouts) + spent.rollouts, WITH_GUIDANCE["tokens"]: int(tokens) + spent.tokens}

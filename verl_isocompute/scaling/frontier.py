@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from verl_isocompute.runlog import WITH_GUIDANCE
 from verl_isocompute.scaling.curve import COMPUTE_UNITS, MAX_COMPUTE
 from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.scaling.records import RESPONSE_LENGTH, RunLogs, name_runs
@@ -47,6 +48,11 @@ _DERIVED = {
         "--derive-compute": "--derive-compute: C derived as step x n x b_problem, logged counters ignored",
     },
     "tokens": {"derived": f"tokens not logged: C derived as the running sum of {RESPONSE_LENGTH} x n x b_problem"},
+    WITH_GUIDANCE["rollouts"]: {
+        "rollouts": "no guidance spend logged (an unguided run, or no isocompute.guided.spend): C = its rollouts",
+        "derived": "rollouts_with_guidance not logged and rollouts derived as step x n x b_problem",
+        "--derive-compute": "--derive-compute: C derived as step x n x b_problem, plus the logged guidance spend",
+    },
 }
 
 

@@ -26,7 +26,9 @@ Generated tokens, when not logged, are the running sum of ``response_length/mean
 steps (verl logs the mean response length of every training batch), possible only if no step is missing.
 Our trainer's counters in verl's loggers (``isocompute/rollouts``, ``isocompute/tokens``) are used as C
 when present (:func:`verl_isocompute.scaling.sources.compute_names`). Every derivation is reported in
-:attr:`RunLogs.notes`.
+:attr:`RunLogs.notes`. ``rollouts_with_guidance`` (guided runs: C plus the rollouts spent before training to
+make the guided data, :mod:`verl_isocompute.runlog`) is every run's C plus its logged spend, 0 for a run that
+logs none, so ``--compute rollouts_with_guidance`` compares guided runs with unguided baselines.
 
 Duplicate steps (a resumed run re-logs the steps it re-ran) keep the last value logged for each metric.
 Values logged as NaN, inf or null (verl's orjson writes NaN as null) are counted per metric and dropped;
@@ -55,11 +57,11 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from verl_isocompute.runlog import RUN_LOG, RunLogError, read_jsonl
+from verl_isocompute.runlog import RUN_LOG, WITH_GUIDANCE, RunLogError, read_jsonl
 from verl_isocompute.scaling import sources
 from verl_isocompute.scaling.errors import ScalingError
 
-KEY_COLUMNS = ("run", "step", "n", "b_problem", "rollouts", "tokens")
+KEY_COLUMNS = ("run", "step", "n", "b_problem", "rollouts", "tokens", WITH_GUIDANCE["rollouts"])
 RESPONSE_LENGTH = "response_length/mean"
 
 # Column names other tools use for the same things (wandb history: _step; verl: training/global_step,
@@ -563,11 +565,17 @@ def _finalize(raw: _RawRun, overrides: dict[str, int | None], derive_compute: bo
         meta[f"{key}_source"] = source
 
     per_step = float(meta["n"] * meta["b_problem"])
+    guidance = _guidance_spend(cols)
     if "rollouts" in cols and not np.isnan(cols["rollouts"]).all() and not derive_compute:
         meta["rollouts_source"] = "log"
     else:
         cols["rollouts"] = step * per_step
         meta["rollouts_source"] = "--derive-compute" if derive_compute else "derived"
+    # C with the rollouts spent before training on guided data (runlog.WITH_GUIDANCE): training C plus that spend
+    cols[WITH_GUIDANCE["rollouts"]] = cols["rollouts"] + (guidance or 0.0)
+    meta[f"{WITH_GUIDANCE['rollouts']}_source"] = (
+        meta["rollouts_source"] if meta["rollouts_source"] != "log" else "log" if guidance is not None else "rollouts"
+    )
     if "tokens" in cols and not np.isnan(cols["tokens"]).all() and not derive_compute:
         meta["tokens_source"] = "log"
     else:
@@ -580,6 +588,24 @@ def _finalize(raw: _RawRun, overrides: dict[str, int | None], derive_compute: bo
     for key in ("model", "recipe", "dataset_size"):
         meta[key] = raw.header.get(key)
     return cols, meta
+
+
+def _guidance_spend(cols: dict[str, np.ndarray]) -> float | None:
+    """The rollouts a run spent before training on its guided data: ``rollouts_with_guidance - rollouts``,
+    constant over the run by the run-log contract (None when the run does not log it)."""
+    with_guidance = cols.get(WITH_GUIDANCE["rollouts"])
+    if with_guidance is None or "rollouts" not in cols:
+        return None
+    spent = with_guidance - cols["rollouts"]
+    spent = spent[~np.isnan(spent)]
+    if not len(spent):
+        return None
+    if np.ptp(spent) > 0:
+        raise ScalingError(
+            f"{WITH_GUIDANCE['rollouts']} - rollouts is not constant over the run ({spent.min():g} to {spent.max():g}): "
+            "the guidance spend is fixed before training; fix the log"
+        )
+    return float(spent[0])
 
 
 def _derived_tokens(step: np.ndarray, lengths: np.ndarray | None, per_step: float) -> np.ndarray:

@@ -49,7 +49,8 @@ TB_EVENTS_PREFIX = "events.out.tfevents."
 WANDB_SUFFIX = ".wandb"
 WANDB_HISTORY = "wandb-history.jsonl"
 # Our trainer's cumulative compute, as verl's loggers receive it (training/trainer.py).
-COMPUTE_ALIASES = {"isocompute/rollouts": "rollouts", "isocompute/tokens": "tokens"}
+COMPUTE_ALIASES = {"isocompute/rollouts": "rollouts", "isocompute/tokens": "tokens",
+                   "isocompute/rollouts_with_guidance": "rollouts_with_guidance"}
 # Where verl's config keeps n and B_problem.
 CONFIG_KEYS = {"n": ("actor_rollout_ref", "rollout", "n"), "b_problem": ("data", "train_batch_size")}
 INSTALL = {

@@ -17,7 +17,7 @@ What :func:`prepare` adds for our entry point:
   * n, n_train under the decoupled baseline, update k at lr * min(1, k / W): :mod:`verl_isocompute.training.lr`);
   an lr given on the command line replaces the rule, as in verl's entry point, and the line says so;
 - ``isocompute.guided.enable``: the training files become a mixture with guided copies of the problems
-  (docs/GUIDED.md; our entry point only);
+  (docs/GUIDED.md; through verl's main_ppo our trainer does it), and a validation file with guided rows is refused;
 - the run directory ``isocompute.run_dir``: hydra's record of the config, our run log
   (``isocompute.jsonl``), verl's metrics (``verl_metrics.jsonl``), checkpoints and validation generations.
 
@@ -117,10 +117,13 @@ def prepare_data(cfg: DictConfig) -> None:
 
 
 def prepare_guided_data(cfg: DictConfig) -> None:
-    """``isocompute.guided``: the training files become a guided mixture (before the dataset is counted)."""
-    from verl_isocompute.guided.recipe import prepare_guided
+    """``isocompute.guided``: the training files become a guided mixture (before the dataset is counted); its
+    spend files must be readable and validation files unguided (checked again by the trainer, for main_ppo)."""
+    from verl_isocompute.guided.recipe import check_validation_files, guidance_spend, prepare_guided
 
     try:
+        check_validation_files(cfg)
+        guidance_spend(cfg)
         prepare_guided(cfg)
     except ValueError as exc:
         raise RecipeError(str(exc)) from None

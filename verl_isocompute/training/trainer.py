@@ -24,7 +24,11 @@ On top of ``PPOTrainerSync`` it:
   source, and the per-problem training pass-rate distribution of each epoch (the paper's interference
   diagnostic);
 - on a guided dataset (rows marked ``extra_info.guided``, docs/GUIDED.md), logs the training accuracy of
-  guided and unguided rows apart (:func:`verl_isocompute.guided.metrics.guided_metrics`);
+  guided and unguided rows apart, and per placement when both are in a step
+  (:func:`verl_isocompute.guided.metrics.guided_metrics`); checks every step that each assistant-placed
+  prefix is prompt, never under a mask the loss reads (:mod:`verl_isocompute.guided.check`); applies
+  ``isocompute.guided.enable`` when verl's main_ppo started the run; refuses validation files with guided rows;
+  adds the guided data's spend files (``isocompute.guided.spend``) to C in the run log (``*_with_guidance``);
 - writes the run log ``<isocompute.run_dir>/isocompute.jsonl`` (:mod:`verl_isocompute.runlog`): a header,
   then one row per step (a step-0 row carries the validation before training). A run resumed from a
   checkpoint continues C and tokens from the log and drops rows past the resumed step.
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -44,8 +49,10 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from verl_isocompute.guided import check as guided_check
+from verl_isocompute.guided import recipe as guided_recipe
 from verl_isocompute.guided.metrics import guided_metrics
-from verl_isocompute.runlog import VERL_METRICS, RunLogWriter
+from verl_isocompute.runlog import GUIDANCE_SPEND, VERL_METRICS, RunLogWriter
 from verl_isocompute.training import metrics as iso_metrics
 from verl_isocompute.training.advantage import estimator_context
 from verl_isocompute.training.config import (
@@ -82,6 +89,8 @@ RUN_LOG_METRICS = (
     "isocompute/reg_entropy_mean", "isocompute/reg_kl_mean", "isocompute/reg_token_share", "isocompute/reg_seq_share",
     "training/rollout_probs_diff_max", "response_length/mean",
     "isocompute/guided_rows", "isocompute/unguided_rows", "isocompute/guided/train_acc", "isocompute/unguided/train_acc",
+    "isocompute/guided_user_rows", "isocompute/guided_assistant_rows", "isocompute/guided_user/train_acc",
+    "isocompute/guided_assistant/train_acc", "isocompute/guided_prefix_checked",
 )
 
 
@@ -101,6 +110,8 @@ class ComputeCounter:
 class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
     """verl's sync on-policy trainer with the IsoCompute recipe's masks, compute accounting and run log."""
 
+    with_guidance = False  # the run log adds C with the guided data's spend (set by _prepare_guided)
+
     def __init__(self, config) -> None:
         super().__init__(config)
         self._read_settings(config)
@@ -113,6 +124,7 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         # it in the driver, verl's main_ppo does not.
         os.environ.setdefault("VERL_FILE_LOGGER_PATH", str(run_dir / VERL_METRICS))
         self.run_log = RunLogWriter(run_dir)
+        self._prepare_guided(config)
         self.compute = ComputeCounter()
         self._step_info: dict = {}
         self._expected_probes: dict = {}
@@ -150,6 +162,14 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
                 f"per step: set actor_rollout_ref.actor.ppo_mini_batch_size={self.b_problem} (= data.train_batch_size), "
                 "or use loss_agg_mode=token-mean"
             )
+
+    def _prepare_guided(self, config) -> None:
+        """docs/GUIDED.md: validation on unguided problems only; the guided mixture when main_ppo started the run
+        (our entry point has made it already; verl builds the datasets after this); the guidance spend, read once."""
+        guided_recipe.check_validation_files(config)
+        guided_recipe.prepare_guided(config)
+        self.guidance_spend = guided_recipe.guidance_spend(config)
+        self.with_guidance = bool(guided_recipe.spend_locations(guided_recipe.guided_block(config)))
 
     def _build_replay_buffer(self):
         """verl's replay buffer, which must evict a group with a failed rollout and sample a fresh prompt in
@@ -202,6 +222,7 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
             # B of the LR rule: rollouts per step that enter the gradient (n_train per problem when decoupled)
             "lr_batch_rollouts": rule_batch_rollouts(self.b_problem, self.n, self.n_train) if rule else None,
             "val_n": cfg.actor_rollout_ref.rollout.val_kwargs.n,
+            **({GUIDANCE_SPEND: guided_recipe.spend.as_json(self.guidance_spend)} if self.with_guidance else {}),
             "total_training_steps": self.total_training_steps,
             "verl_version": version("verl"),
             "isocompute_version": version("verl-isocompute"),
@@ -233,7 +254,9 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         acc = accuracy(data.pop("extra_fields").tolist(), scores.tolist())
         masks = step_masks(uids, acc, real, self.zero_var_mode, self.n_train, seed)
         infos = data.pop("extra_info", None)  # absent when no row carries one
-        metrics.update(guided_metrics([] if infos is None else infos.tolist(), acc, real))  # guided rows: docs/GUIDED.md
+        infos = [] if infos is None else infos.tolist()
+        metrics.update(guided_metrics(infos, acc, real))  # guided rows: docs/GUIDED.md
+        self._check_prefixes(batch, infos, nested_mask, data["loss_mask"], metrics)
 
         # Compute spent: every sampled rollout (all n_est under the decoupled baseline) and its tokens.
         self._step_info = {"rollouts": int(real.sum()), "tokens": int(loss_mask.sum(dim=-1)[torch.from_numpy(real)].sum())}
@@ -252,6 +275,26 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         self._expected_probes = self._probe_values(masks, (response_mask * keep[:, None]).sum(dim=-1).numpy(), ids)
         metrics.update({f"isocompute/{name}": value for name, value in self._expected_probes.items()})
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch)))
+
+    def _check_prefixes(self, batch, infos: list, response_mask, loss_mask, metrics: dict) -> None:
+        """Every assistant-placed guided row: prompt ids end with the prefix's ids, and the masks cover the
+        response only (:mod:`verl_isocompute.guided.check`); raises at the first row that breaks it. One more
+        TransferQueue read of those rows' ids, no forward pass."""
+        import transfer_queue as tq
+
+        rows = guided_check.assistant_guided_rows(infos)
+        if not rows:
+            return
+        start = time.perf_counter()
+        ids = tq.kv_batch_get(keys=[batch.keys[i] for i in rows], partition_id=batch.partition_id,
+                              select_fields=["prompts", "responses", "input_ids"])
+        response_masks, loss_masks = response_mask.unbind(), loss_mask.unbind()
+        metrics["isocompute/guided_prefix_checked"] = guided_check.check_prefixes(
+            rows, [guided_check.prefix_token_ids(self.tokenizer, infos[i]["guide_prefix"]) for i in rows],
+            ids["prompts"].unbind(), ids["responses"].unbind(), ids["input_ids"].unbind(),
+            [response_masks[i] for i in rows], [loss_masks[i] for i in rows], step=self.global_steps,
+        )
+        metrics["timing_s/isocompute_prefix_check"] = time.perf_counter() - start
 
     def _log_masks(self, masks: StepMasks, acc: np.ndarray, uids: np.ndarray, metrics: dict) -> None:
         real = masks.real
@@ -357,6 +400,7 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
             "b_problem": self.b_problem,
             "rollouts": self.compute.rollouts,
             "tokens": self.compute.tokens,
+            **self._with_guidance(),
             "epoch": iso_metrics.epochs(step, self.b_problem, len(self.train_dataset)),
         }
         if metrics:
@@ -365,6 +409,13 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
             row.update({key: metrics[key] for key in RUN_LOG_METRICS if key in metrics})
         row.update(self._val_info)
         return row
+
+    def _with_guidance(self) -> dict:
+        """C and tokens including the rollouts spent before training on the guided data (PrefixRL's
+        comparison, arXiv 2601.18795), when ``isocompute.guided.spend`` names its spend files."""
+        if not self.with_guidance:
+            return {}
+        return guided_recipe.spend.with_guidance(self.compute.rollouts, self.compute.tokens, self.guidance_spend)
 
     def _trained_per_group(self, batch) -> tuple[int, int]:
         """(min, max) over groups of sequences that carry loss tokens, read back from the TransferQueue
@@ -389,6 +440,7 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         self.compute.add(self._step_info.get("rollouts", 0) + evicted * self.n, self._step_info.get("tokens", 0))
         metrics["isocompute/rollouts"] = self.compute.rollouts
         metrics["isocompute/tokens"] = self.compute.tokens
+        metrics.update({f"isocompute/{key}": value for key, value in self._with_guidance().items()})
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         metrics["isocompute/trained_per_group_min"], metrics["isocompute/trained_per_group_max"] = self._trained_per_group(batch)
