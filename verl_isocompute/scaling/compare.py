@@ -401,6 +401,8 @@ def plot_compare(curves: Sequence[RewardCurve], metric: str, compute_unit: str, 
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
 
+    from verl_isocompute.scaling.plots import finish_figure
+
     lo = min(rc.c_range[0] for rc in curves)
     hi = max(rc.c_range[1] for rc in curves)
     grid = np.geomspace(lo, hi, points)
@@ -438,6 +440,7 @@ def plot_compare(curves: Sequence[RewardCurve], metric: str, compute_unit: str, 
     for ax, corner in ((left, "upper right"), (right, "lower right")):
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(loc=corner, fontsize=7)
+    finish_figure(fig)
     return fig
 
 
