@@ -400,6 +400,7 @@ def plot_compare(curves: Sequence[RewardCurve], metric: str, compute_unit: str, 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
+    from matplotlib.ticker import NullLocator
 
     from verl_isocompute.scaling.plots import finish_figure
 
@@ -439,6 +440,9 @@ def plot_compare(curves: Sequence[RewardCurve], metric: str, compute_unit: str, 
     # fixed legend corners: "best" tests every position against every line on each save
     for ax, corner in ((left, "upper right"), (right, "lower right")):
         ax.grid(True, which="major", alpha=0.3)
+        # decades only on the budget axes (they span several; a gridline per decade): minor ticks there
+        # were 130 tick artists, a tenth of the figure's save time
+        ax.xaxis.set_minor_locator(NullLocator())
         ax.legend(loc=corner, fontsize=7)
     finish_figure(fig)
     return fig
