@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 REWARD_CURVES_KEY = "reward_curves"
 FORM = "R0 + (A - R0) / (1 + (C_mid / C)^beta)"
 COMPARE_JSON, COMPARE_CSV, COMPARE_PNG = "compare.json", "compare.csv", "compare.png"
+COMPARE_DPI = 100  # an overview of two panels: 1200 x 500 pixels
 # Status words, written once: the CSV/JSON cells and the printed table use them.
 FITTED, BELOW, ABOVE = "fitted", "below fitted range", "above fitted range"
 REACHED, NOT_REACHED, BEFORE, NO_BUDGET = (
