@@ -5,7 +5,8 @@ playbook's Easy sigmoid (verl_isocompute.scaling.synthetic), written as isocompu
 timed in one process:
 
   pipeline   the whole of `isocompute fit` with its defaults (200 bootstrap resamples): load, frontier,
-             fits, bootstrap, plots and the atomic write of every output (scaling.pipeline.run_fit).
+             fits, bootstrap, plots, the comparison and the atomic write of every output
+             (scaling.pipeline.run_fit).
              Target: under 2 s.
 
 and stage by stage, each next to the straightforward way of doing the same work (the way this code
@@ -17,6 +18,7 @@ did it before; same inputs, same library pieces), so the ratios come from one ru
   bootstrap  200 resamples over runs: all refits batched (scaling.lsq) vs one scipy least_squares per
              refit (each group's curve on each resample, then the sigmoid)
   plots      both figures drawn and saved as PNG: one marker line per n vs one scatter with a colour per point
+  compare    the fixed-n comparison every fit writes: its table at 40 budgets and compare.png
 
 The timed process never imports torch (the fit is torch-free); the CPU is named at the end from a
 subprocess, as ``torch.backends.cpu.get_cpu_capability()`` when torch is installed, and from
@@ -144,6 +146,14 @@ def plots_with_scatter(result, folder: Path) -> None:
     save_plots(figures, folder)
 
 
+def save_compare(result, path: Path) -> None:
+    """The comparison as ``isocompute fit`` writes it: the table and the figure, saved as PNG."""
+    from verl_isocompute.scaling import compare
+
+    _, _, figure = compare.outputs(result)
+    figure.savefig(path, dpi=compare.COMPARE_DPI)
+
+
 # --- the run -------------------------------------------------------------------------------------------
 
 def cpu_description() -> str:
@@ -197,6 +207,8 @@ def main() -> None:
         _, before = timed(plots_with_scatter, result, folder / "before")
         _, after = timed(lambda: save_plots(plot_frontier(result), folder))
         rows.append(("plots", before, after, "a marker line per n vs a colour per point"))
+        _, after = timed(save_compare, result, folder / "compare.png")
+        rows.append(("compare", None, after, "table, figure and its PNG"))
 
     c = result.curve
     print(f"{args.runs} runs x {POINTS_PER_RUN} points, {BOOTSTRAP} bootstrap resamples: fitted L={c.L:.2f} k={c.k:.2f} "
@@ -208,7 +220,7 @@ def main() -> None:
         shown = f"{before:>7.2f}s" if before else f"{'-':>8}"
         print(f"{name:<10} {shown} {after:>7.2f}s {ratio}  {how}")
     verdict = "meets" if pipeline < TARGET_PIPELINE_S else "MISSES"
-    print(f"\nwhole pipeline (run_fit: load, fits, bootstrap, plots, write; first call, matplotlib import "
+    print(f"\nwhole pipeline (run_fit: load, fits, bootstrap, plots, compare, write; first call, matplotlib import "
           f"included): {pipeline:.2f} s wall, {pipeline_cpu:.2f} s CPU ({verdict} the {TARGET_PIPELINE_S:.0f} s target)")
     print(f"load average when it started: {load_before:.1f} (on a shared machine, wall time above CPU time is waiting)")
     print(cpu_description())

@@ -535,7 +535,7 @@ def test_the_01_import_path_still_has_the_hook_and_the_rule():
 
 def test_the_documented_entry_point_runs(tmp_path):
     """docs/ALLOCATION.md's example, run with hydra as written; verl's run_ppo is the one name replaced (a
-    real training run of the hook is tests/test_allocation_e2e.py)."""
+    real training run of the hook, through `isocompute demo`, is in tests/test_sweep_e2e.py)."""
     docs = (Path(__file__).parent.parent / "docs" / "ALLOCATION.md").read_text()
     example = re.search(r"## From another verl project.*?```python\n(.*?)```", docs, re.S).group(1)
     assert "from verl.trainer.main_ppo import run_ppo\n" in example

@@ -73,6 +73,29 @@ def test_no_runs_found_exits_2_and_writes_nothing(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_log_axes_are_labelled_in_plain_text_and_set_labels_are_kept():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    FigureCanvasAgg(fig)
+    ax, narrow = fig.subplots(1, 2)
+    narrow.plot([1.5e3, 8.5e3], [0, 1])
+    narrow.set_xscale("log")  # under a decade: the minor ticks are labelled too
+    ax.plot([1e2, 1e5], [1, 8])
+    ax.set_xscale("log")
+    ax.set_yscale("log", base=2)
+    ax.set_yticks([1, 2, 4, 8], ["1", "2", "4", "8"])
+    ax.set_title("a title")
+    plots_module.finish_figure(fig)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert {"10²", "10³", "10⁴", "10⁵"} <= set(labels) and not any("$" in t for t in labels)  # not $10^{2}$
+    assert "2×10³" in [t.get_text() for t in narrow.xaxis.get_minorticklabels()]
+    assert ax.xaxis.get_major_formatter()(1e-3) == "10⁻³"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["1", "2", "4", "8"]
+
+
 def test_missing_metric_lists_metrics(sweep_dir, tmp_path, capsys):
     code = main([str(sweep_dir), "--out", str(tmp_path / "out"), "--metric", "val/pass@8"])
     err = capsys.readouterr().err

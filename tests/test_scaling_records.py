@@ -46,6 +46,24 @@ def test_isocompute_log_nonfinite_values_are_counted_and_dropped():
     assert any("dropped 1 NaN/inf values of val/best@4" in note for note in notes)
 
 
+def test_nonfinite_values_are_counted_when_every_line_has_every_key(tmp_path):
+    # The common big-sweep log: every row carries every key, read as one table; NaN and Infinity are
+    # json.dumps literals (orjson refuses them, json reads them), null is what orjson writes.
+    rows = [{"step": s, "n": 4, "b_problem": 8, "rollouts": 32.0 * s, "tokens": 0.0, "epoch": 0.0,
+             "val/avg@4": 0.5 + 0.01 * s, "train/reward": 0.4} for s in range(6)]
+    lines = [json.dumps({"header": {"n": 4, "b_problem": 8}})] + [json.dumps(r) for r in rows]
+    lines[2] = lines[2].replace('"val/avg@4": 0.51', '"val/avg@4": NaN')
+    lines[3] = lines[3].replace('"train/reward": 0.4', '"train/reward": null')
+    lines[4] = lines[4].replace('"val/avg@4": 0.53', '"val/avg@4": -Infinity')
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "isocompute.jsonl").write_text("\n".join(lines) + "\n")
+    logs = load_runs([tmp_path / "run"])
+    assert logs.nonfinite == {"val/avg@4": 2, "train/reward": 1}
+    steps, _ = _run(logs, "run")
+    assert np.isnan(steps.loc[[1, 3], "val/avg@4"]).all() and np.isnan(steps.loc[2, "train/reward"])
+    assert steps.loc[5, "val/avg@4"] == pytest.approx(0.55) and steps["val/avg@4"].notna().sum() == 4
+
+
 def test_resumed_run_keeps_the_last_value_of_each_duplicate_step():
     logs = load_runs([FIXTURES / "sweep" / "easy_n64_bp32" / "isocompute.jsonl"])
     steps, meta = _run(logs, "easy_n64_bp32")

@@ -99,13 +99,16 @@ def _main_ppo(*args: str, env: dict | None = None) -> subprocess.CompletedProces
 
 def test_recipes_are_found_the_verl_way_and_resolve_the_rule(tmp_path, tiny_model_path, data_files):
     """`--config-name` alone, with `hydra.searchpath=[pkg://...]`, and with `--config-path` (the documented ways)."""
+    from concurrent.futures import ThreadPoolExecutor
     from importlib import resources
 
     recipes_dir = str(resources.files("verl_isocompute.recipes"))
     given = overrides("isocompute_easy", tmp_path, tiny_model_path, data_files)
-    for flags, more in (([], []), ([], ["hydra.searchpath=[pkg://verl_isocompute.recipes]"]), (["--config-path", recipes_dir], [])):
-        proc = _main_ppo("--cfg", "job", "--resolve", *flags, "--config-name", "isocompute_easy", *given, *more,
-                         env={"VERL_PLATFORM": ""})
+    ways = (([], []), ([], ["hydra.searchpath=[pkg://verl_isocompute.recipes]"]), (["--config-path", recipes_dir], []))
+    with ThreadPoolExecutor(len(ways)) as pool:  # three separate processes, started at once (each mostly imports)
+        procs = list(pool.map(lambda way: _main_ppo("--cfg", "job", "--resolve", *way[0], "--config-name", "isocompute_easy",
+                                                    *given, *way[1], env={"VERL_PLATFORM": ""}), ways))
+    for proc in procs:
         assert proc.returncode == 0, proc.stderr[-2000:]
         cfg = yaml.safe_load(proc.stdout)
         assert cfg["actor_rollout_ref"]["actor"]["optim"]["lr"] == pytest.approx(1e-6 * math.sqrt(32 * 16 / 1024))

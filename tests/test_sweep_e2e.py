@@ -1,5 +1,6 @@
 """End to end on CPU with the tiny model: curate -> pilot sweep (interrupted and resumed) -> fit -> allocate ->
-train, and the same kind of sweep submitted as Ray jobs to a real local Ray head.
+train (through `isocompute demo`, so its allocation, progress and summary are checked on that run), and the
+same kind of sweep submitted as Ray jobs to a real local Ray head.
 
 Every cell is a real verl run (~1 minute each on 2 cores), so the grids are tiny: the workflow's 2 x 2 grid
 (B_problem 2, 4 x n 4, 8) has a budget of 16 rollouts per cell, so the 4 x 8 cell is reported as below one
@@ -28,6 +29,7 @@ import pytest
 import yaml
 from verl_runs import PARITY_REWARD, alive
 
+from verl_isocompute.commands import cli
 from verl_isocompute.workflow.sweep import runner
 
 pytestmark = pytest.mark.e2e
@@ -120,15 +122,16 @@ def workflow(tmp_path_factory, tiny_model_path):
     assert allocate.returncode == 0, allocate.stderr
     out["allocation"] = json.loads(allocate.stdout)
 
-    # 6. train with the allocation hook of our recipe
+    # 6. train with the allocation hook of our recipe, through `isocompute demo` (whose own output is checked
+    #    here too: one verl run for both)
     train_dir = root / "train"
-    out["train"] = subprocess.run([
-        sys.executable, "-m", "verl_isocompute.main", "--config-name", "cpu_demo", "isocompute.model=tiny", PARITY_REWARD,
-        "isocompute.data.source=files", f"data.train_files={curated / 'sets/easy/train.parquet'}",
-        f"data.val_files={curated / 'sets/easy/val.parquet'}", f"isocompute.run_dir={train_dir}",
-        "isocompute.allocation.enable=true", f"isocompute.allocation.curve={out['curve']}",
-        "isocompute.allocation.budget_rollouts=32", "isocompute.allocation.b_problem=2", "isocompute.allocation.n_grid=[4,8]",
-    ], capture_output=True, text=True, timeout=900)
+    out["train_overrides"] = [
+        PARITY_REWARD, "isocompute.data.source=files", f"data.train_files={curated / 'sets/easy/train.parquet'}",
+        f"data.val_files={curated / 'sets/easy/val.parquet'}", "isocompute.allocation.enable=true",
+        f"isocompute.allocation.curve={out['curve']}", "isocompute.allocation.budget_rollouts=32",
+        "isocompute.allocation.b_problem=2", "isocompute.allocation.n_grid=[4,8]",
+    ]
+    out["train"] = _cli("demo", "--model", "tiny", "--run-dir", train_dir, *out["train_overrides"])
     out["train_dir"] = train_dir
     out.update(sweep_dir=sweep_dir, curated=curated, dataset_size=dataset_size)
     return out
@@ -206,7 +209,7 @@ def test_sweep_ran_the_fit(workflow):
     assert f"fit no_curve: {fit['reason']}" in workflow["resumed"].stdout
 
 
-def test_allocation_and_training_run(workflow):
+def test_allocation_and_training_run(workflow, capsys):
     allocation, train = workflow["allocation"], workflow["train"]
     assert workflow["curve"] == PRESET
     assert allocation["n"] in (4, 8) and allocation["b_problem"] == 2
@@ -214,9 +217,33 @@ def test_allocation_and_training_run(workflow):
     assert train.returncode == 0, train.stdout[-2000:] + train.stderr[-3000:]
     rows = _rows(workflow["train_dir"] / "isocompute.jsonl")
     header = rows[0]["header"]
-    assert (header["n"], header["b_problem"], header["total_training_steps"]) == (allocation["n"], 2, allocation["steps"])
-    assert _steps(workflow["train_dir"]) == list(range(1, allocation["steps"] + 1))
-    assert rows[-1]["rollouts"] == allocation["rollouts_used"]
+    steps = allocation["steps"]
+    assert (header["n"], header["b_problem"], header["total_training_steps"]) == (allocation["n"], 2, steps)
+    assert _steps(workflow["train_dir"]) == list(range(1, steps + 1))
+    assert [r["rollouts"] for r in rows[1:] if r["step"] > 0] == [s * 2 * allocation["n"] for s in range(1, steps + 1)]
+    assert rows[-1]["rollouts"] == allocation["rollouts_used"]  # never more than the budget
+    # `isocompute allocate` over the recipe and the run's overrides prints the plan and the lr the run used
+    assert cli.main(["allocate", "--recipe", "cpu_demo", "isocompute.model=tiny", *workflow["train_overrides"][1:],
+                     "--format", "json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["n"], printed["b_problem"], printed["steps"]) == (allocation["n"], 2, steps)
+    assert (printed["lr"], printed["warmup_steps"]) == (header["lr"], header["lr_warmup_steps"])
+
+
+def test_demo_shows_the_allocation_progress_and_summary(workflow):
+    train, train_dir, steps = workflow["train"], workflow["train_dir"], workflow["allocation"]["steps"]
+    assert train.returncode == 0, train.stdout[-2000:] + train.stderr[-3000:]
+    log = (train_dir / "verl.log").read_text()
+    decision = next(line for line in log.splitlines() if line.startswith("[isocompute] allocation:"))
+    assert f"n={workflow['allocation']['n']}" in decision.replace(" ", ""), decision
+    assert decision in train.stdout  # the decision is shown to the user, not only written to the log
+    summary = json.loads((train_dir / "demo_summary.json").read_text())
+    assert summary["steps"] == steps and summary["rollouts"] == workflow["allocation"]["rollouts_used"]
+    assert f"rollouts: {summary['rollouts']}" in train.stdout
+    # the dtype choice with its reason, and progress inside the steps (phase and elapsed time, then the time left)
+    assert "[isocompute] dtype: " in train.stdout and "isocompute.cpu.dtype=" in train.stdout
+    for status in ("validation before training ... ", f"step 1/{steps}: ", f"step {steps}/{steps}: ", "left="):
+        assert status in train.stderr, status  # tqdm's line, on stderr
 
 
 # --- the Ray cluster --------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 REWARD_CURVES_KEY = "reward_curves"
 FORM = "R0 + (A - R0) / (1 + (C_mid / C)^beta)"
 COMPARE_JSON, COMPARE_CSV, COMPARE_PNG = "compare.json", "compare.csv", "compare.png"
+COMPARE_DPI = 100  # an overview of two panels: 1200 x 500 pixels
 # Status words, written once: the CSV/JSON cells and the printed table use them.
 FITTED, BELOW, ABOVE = "fitted", "below fitted range", "above fitted range"
 REACHED, NOT_REACHED, BEFORE, NO_BUDGET = (
@@ -400,6 +401,9 @@ def plot_compare(curves: Sequence[RewardCurve], metric: str, compute_unit: str, 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
+    from matplotlib.ticker import NullLocator
+
+    from verl_isocompute.scaling.plots import finish_figure
 
     lo = min(rc.c_range[0] for rc in curves)
     hi = max(rc.c_range[1] for rc in curves)
@@ -437,7 +441,11 @@ def plot_compare(curves: Sequence[RewardCurve], metric: str, compute_unit: str, 
     # fixed legend corners: "best" tests every position against every line on each save
     for ax, corner in ((left, "upper right"), (right, "lower right")):
         ax.grid(True, which="major", alpha=0.3)
+        # decades only on the budget axes (they span several; a gridline per decade): minor ticks there
+        # were 130 tick artists, a tenth of the figure's save time
+        ax.xaxis.set_minor_locator(NullLocator())
         ax.legend(loc=corner, fontsize=7)
+    finish_figure(fig)
     return fig
 
 

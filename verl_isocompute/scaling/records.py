@@ -337,12 +337,13 @@ def _read_jsonl(path: Path, fmt: str) -> _RawRun:
             row = obj
         rows.append(row)
         line_nos.append(line_no)
-    columns, text_cells = columns_text if not objects and rows else _columns(rows, line_nos, path)
-    # Count logged null/NaN/inf per key on the text of the few lines that have one (not a loop over
-    # every value), then make them NaN; a key absent from a line is simply "not logged at this step".
-    flagged = [line for line in lines if "null" in line or "NaN" in line or "Infinity" in line]
-    found = (m.group(1) for line in flagged for m in _NONFINITE_JSON.finditer(line))
-    nonfinite = Counter(key for key in found if key in columns)
+    columns, text_cells, nonfinite = columns_text if not objects and rows else _columns(rows, line_nos, path)
+    if nonfinite is None:
+        # Some line lacks some key, so a NaN may be "not logged at this step": count the logged
+        # null/NaN/inf per key on the text of the few lines that have one.
+        flagged = [line for line in lines if "null" in line or "NaN" in line or "Infinity" in line]
+        found = (m.group(1) for line in flagged for m in _NONFINITE_JSON.finditer(line))
+        nonfinite = Counter(key for key in found if key in columns)
     for values in columns.values():
         values[np.isinf(values)] = np.nan
     if fmt == "verl":  # our trainer's compute counters, as verl's file logger names them
@@ -382,8 +383,11 @@ def _columns_if_plain(rows: list[Any], line_nos: list[int], path: Path):
     return _columns(rows, line_nos, path, sorted(keys))
 
 
-def _columns(rows: list[dict[str, Any]], line_nos: list[int], path: Path, keys: list[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """The logged lines as one float array per key (NaN: not logged or null), and the text keys.
+def _columns(
+    rows: list[dict[str, Any]], line_nos: list[int], path: Path, keys: list[str] | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, str], Counter | None]:
+    """The logged lines as one float array per key (NaN: not logged or null), the text keys, and the
+    null/NaN/inf values logged per key when every line has every key (else None: count them on the text).
 
     A value that is not a number (a string, ``true``, a list) stops the load with its file, line and key,
     unless its key holds no number at all in this file (a tag or a note: left out, remembered in
@@ -415,7 +419,10 @@ def _columns(rows: list[dict[str, Any]], line_nos: list[int], path: Path, keys: 
             at = int(np.flatnonzero(np.isinf(column))[0])
             raise ScalingError(f"{path}, line {line_nos[at]}: {key} is {column[at]}, not a finite number; {_CELL_FIX}")
         columns[key] = column
-    return columns, text_cells
+    if table is None:
+        return columns, text_cells, None
+    counts = np.count_nonzero(~np.isfinite(table), axis=0)  # every line has every key: each NaN was logged
+    return columns, text_cells, Counter({key: int(c) for key, c in zip(keys, counts) if c})
 
 
 _CELL_FIX = "fix that value in the log (a value not logged at a step is left out or written as null)"

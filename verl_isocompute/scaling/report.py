@@ -77,7 +77,7 @@ def write_outputs(
         if comparison is not None:
             (staging / cmp.COMPARE_JSON).write_text(json.dumps(_jsonable(comparison[0]), indent=2) + "\n")
             comparison[1].to_csv(staging / cmp.COMPARE_CSV, index=False)
-            comparison[2].savefig(staging / cmp.COMPARE_PNG, dpi=100)
+            comparison[2].savefig(staging / cmp.COMPARE_PNG, dpi=cmp.COMPARE_DPI)
         report = render_report(result, compare, compare_label, command, stale_curve=stale_curve)
         if comparison is not None:
             report += "\n".join(_compare_section(comparison[1])) + "\n"

@@ -170,8 +170,11 @@ def check_warmup_schedule(cfg: DictConfig) -> None:
             )
 
 
-def _resolve(cfg: DictConfig) -> None:
-    """Resolve every interpolation in place; a resolver's error becomes one RecipeError line."""
+def resolve(cfg: DictConfig) -> None:
+    """Resolve every interpolation in place; a resolver's error becomes one RecipeError line.
+
+    Works on any node (curation resolves only ``actor_rollout_ref`` and ``reward``).
+    """
     from omegaconf.errors import InterpolationResolutionError
 
     try:
@@ -231,7 +234,7 @@ def prepare(cfg: DictConfig) -> DictConfig:
     """Resolve our ``isocompute`` block into plain verl settings, as verl's entry point would, and check
     them before Ray starts. Raises :class:`RecipeError` (or the model's ModelError)."""
     prepare_platform(cfg)
-    _resolve(cfg)
+    resolve(cfg)
     prepare_model(cfg)
     prepare_data(cfg)
     prepare_guided_data(cfg)

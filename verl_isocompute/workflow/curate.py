@@ -769,10 +769,10 @@ def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progr
     from omegaconf import OmegaConf
 
     from verl_isocompute.training.config import (
-        _resolve,
         compose_recipe,
         prepare_model,
         prepare_platform,
+        resolve,
     )
 
     cfg = compose_recipe(settings.recipe, settings.recipe_overrides())
@@ -782,7 +782,7 @@ def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progr
     # resolve the parts curation hands to verl now (not the recipe's training data: curation brings its own).
     for key in ("actor_rollout_ref", "reward"):
         if OmegaConf.select(cfg, key) is not None:
-            _resolve(cfg[key])
+            resolve(cfg[key])
     prepare_model(cfg)
     # As in main.run: register our plugin now that VERL_PLATFORM is final (verl swallows a plugin
     # that failed while verl was being imported, e.g. through verl_isocompute.cpu.models).
