@@ -188,6 +188,7 @@ def test_guide_command_and_recipe_key_read_traces(tmp_path, capsys):
     cfg = OmegaConf.create({"isocompute": {"run_dir": str(tmp_path / "run"), "guided": {"enable": True, "traces": str(out)}},
                             "data": {"train_files": str(tmp_path / "train.parquet")}})
     assert prepare_guided(cfg).guided == 1
+    cfg.data.train_files = str(tmp_path / "train.parquet")  # prepare_guided pointed it at the mixture
     cfg.isocompute.guided.traces = str(tmp_path / "none")
     with pytest.raises(ValueError, match="isocompute.guided: .*not found"):
         prepare_guided(cfg)
