@@ -7,6 +7,8 @@ In both the prefix is context, never a training target. The output holds every o
 ``--ratio`` x as many guided rows (1:1 by default, as in POPE), marked in ``extra_info`` (guided,
 prefix_fraction, placement, guide_prefix). Train on it with ``data.train_files=OUT``; keep validation on
 the unguided set. Problems whose solution is missing or has no usable prefix are skipped and counted.
+With --prefixes DIR (the output of ``isocompute prefix-search``) each problem gets the prefix the search
+chose for it with the base model instead of the fixed --fraction.
 
 Exit status: 0 written; 2 bad input (nothing written).
 """
@@ -35,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prefix length as a share of the solution's characters, cut at a line/sentence end (default 0.25)")
     parser.add_argument("--max-fraction", type=float, default=DEFAULTS.max_fraction,
                         help="cap on the prefix share (default 0.25, POPE's quarter)")
+    parser.add_argument("--prefixes", default=None, metavar="DIR",
+                        help="an `isocompute prefix-search` output dir (or its prefixes.parquet): each problem gets its "
+                             "searched prefix, problems without one are skipped (default: the fixed --fraction)")
     parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="which problems are guided when ratio < 1 (default 0)")
 
 
@@ -43,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         print(f"isocompute guide: error: {', '.join(missing)} not found; pass training parquet files", file=sys.stderr)
         return 2
-    options = GuideOptions(args.solution_key, args.placement, args.ratio, args.fraction, args.max_fraction, args.seed)
+    options = GuideOptions(args.solution_key, args.placement, args.ratio, args.fraction, args.max_fraction, args.seed, args.prefixes)
     try:
         result = write_mixture([str(p) for p in args.train], args.out, options)
     except ValueError as exc:

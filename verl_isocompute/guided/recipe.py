@@ -26,9 +26,16 @@ class GuideOptions:
     fraction: float = DEFAULT_MAX_FRACTION  # prefix length asked for, as a share of the solution's characters
     max_fraction: float = DEFAULT_MAX_FRACTION  # cap on the prefix share; POPE keeps it around 1/4
     seed: int = 0  # which problems are guided when ratio < 1
+    prefixes: str | None = None  # a prefix-search output dir (or its prefixes.parquet): per-problem prefixes instead of fraction
 
     def build(self, frame) -> GuidedDataset:
-        return guided_dataset(frame, **asdict(self))
+        options = asdict(self)
+        path = options.pop("prefixes")
+        if path:
+            from verl_isocompute.guided.prefix_search import read_chosen
+
+            options["searched"] = read_chosen(path, self.placement)
+        return guided_dataset(frame, **options)
 
 
 def read_frames(paths: list[str]):
@@ -70,6 +77,9 @@ def prepare_guided(cfg) -> GuidedDataset | None:
         result = write_mixture(paths, out, options)
     except ValueError as exc:
         raise ValueError(f"isocompute.guided: {exc}") from None
+    if result.guided == 0 and options.prefixes:
+        raise ValueError(f"isocompute.guided: no training problem has a searched prefix in isocompute.guided.prefixes="
+                         f"{options.prefixes} ({result.summary()}); run isocompute prefix-search on these training files")
     if result.guided == 0:
         raise ValueError(
             f"isocompute.guided: no training problem has a usable prefix at isocompute.guided.solution_key="

@@ -221,12 +221,14 @@ def screen(df: pd.DataFrame, check_answers: bool = True) -> tuple[pd.DataFrame, 
 class SampleCache:
     """``samples.jsonl`` (one record per sampled problem) and ``curation.json`` (the settings it holds).
 
-    Records are appended as problems finish; a line cut by an interruption is ignored on reading.
+    Records are appended as problems finish; a line cut by an interruption is ignored on reading. The
+    prefix search keeps its per-rung records the same way under its own file names.
     """
 
-    def __init__(self, out_dir: Path, settings: dict[str, Any], restart: bool = False) -> None:
-        self.path = out_dir / SAMPLES_FILE
-        self.settings_path = out_dir / SETTINGS_FILE
+    def __init__(self, out_dir: Path, settings: dict[str, Any], restart: bool = False,
+                 samples_file: str = SAMPLES_FILE, settings_file: str = SETTINGS_FILE) -> None:
+        self.path = out_dir / samples_file
+        self.settings_path = out_dir / settings_file
         out_dir.mkdir(parents=True, exist_ok=True)
         if restart:
             self.path.unlink(missing_ok=True)
@@ -242,16 +244,19 @@ class SampleCache:
         atomic.write_text(self.settings_path, json.dumps(settings, indent=2) + "\n")
         self._file = None
 
-    def load(self) -> dict[str, dict[str, Any]]:
-        records: dict[str, dict[str, Any]] = {}
+    def records(self) -> list[dict[str, Any]]:
+        """Every complete record, in the order written."""
+        records = []
         if self.path.is_file():
             for line in self.path.read_text().splitlines():
                 try:
-                    record = json.loads(line)
+                    records.append(json.loads(line))
                 except json.JSONDecodeError:
                     continue
-                records[record["id"]] = record
         return records
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        return {record["id"]: record for record in self.records()}
 
     def append(self, record: dict[str, Any]) -> None:
         if self._file is None:
@@ -600,6 +605,47 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def sampling_config(recipe: str, overrides: list[str]):
+    """The recipe composed and prepared for sampling with the base model outside training (curation, the
+    prefix search): platform, model, the rollout and reward parts resolved, our plugin registered."""
+    from omegaconf import OmegaConf
+
+    from verl_isocompute.training.config import (
+        _resolve,
+        compose_recipe,
+        prepare_model,
+        prepare_platform,
+    )
+
+    cfg = compose_recipe(recipe, overrides)
+    prepare_platform(cfg)
+    # The recipes write the model path, n and dtypes as our resolvers' interpolations, which read the
+    # whole config (``_root_``); verl turns ``actor_rollout_ref.model`` into a dataclass on its own, so
+    # resolve the parts curation hands to verl now (not the recipe's training data: curation brings its own).
+    for key in ("actor_rollout_ref", "reward"):
+        if OmegaConf.select(cfg, key) is not None:
+            _resolve(cfg[key])
+    prepare_model(cfg)
+    # As in main.run: register our plugin now that VERL_PLATFORM is final (verl swallows a plugin
+    # that failed while verl was being imported, e.g. through verl_isocompute.cpu.models).
+    from verl_isocompute.plugin import register_all
+
+    register_all()
+    return cfg
+
+
+def sampling_identity(cfg, k: int) -> dict[str, Any]:
+    """What makes cached samples comparable: model, rollout backend, k, sampling parameters, reward."""
+    rollout = cfg.actor_rollout_ref.rollout
+    reward = cfg.reward.get("custom_reward_function") or {}
+    return {
+        "model": str(cfg.actor_rollout_ref.model.path), "rollout": str(rollout.name), "k": k,
+        "temperature": float(rollout.temperature), "top_p": float(rollout.top_p), "top_k": int(rollout.top_k),
+        "max_response_length": int(rollout.response_length),
+        "reward": f"{reward.get('path')}:{reward.get('name')}" if reward.get("path") else "verl_isocompute.training.reward:compute_score",
+    }
+
+
 def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progress: bool = True) -> dict[str, Any]:
     """Measure avg@k per problem and write the sets into ``settings.out``; returns the summary.
 
@@ -622,37 +668,8 @@ def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progr
     if problems.empty:
         raise CurateError(f"no usable problem among {len(df)}: {skipped['reason'].value_counts().to_dict()}")
 
-    from omegaconf import OmegaConf
-
-    from verl_isocompute.training.config import (
-        _resolve,
-        compose_recipe,
-        prepare_model,
-        prepare_platform,
-    )
-
-    cfg = compose_recipe(settings.recipe, settings.recipe_overrides())
-    prepare_platform(cfg)
-    # The recipes write the model path, n and dtypes as our resolvers' interpolations, which read the
-    # whole config (``_root_``); verl turns ``actor_rollout_ref.model`` into a dataclass on its own, so
-    # resolve the parts curation hands to verl now (not the recipe's training data: curation brings its own).
-    for key in ("actor_rollout_ref", "reward"):
-        if OmegaConf.select(cfg, key) is not None:
-            _resolve(cfg[key])
-    prepare_model(cfg)
-    # As in main.run: register our plugin now that VERL_PLATFORM is final (verl swallows a plugin
-    # that failed while verl was being imported, e.g. through verl_isocompute.cpu.models).
-    from verl_isocompute.plugin import register_all
-
-    register_all()
-    rollout = cfg.actor_rollout_ref.rollout
-    reward = cfg.reward.get("custom_reward_function") or {}
-    cached_with = {
-        "model": str(cfg.actor_rollout_ref.model.path), "rollout": str(rollout.name), "k": settings.k,
-        "temperature": float(rollout.temperature), "top_p": float(rollout.top_p), "top_k": int(rollout.top_k),
-        "max_response_length": int(rollout.response_length),
-        "reward": f"{reward.get('path')}:{reward.get('name')}" if reward.get("path") else "verl_isocompute.training.reward:compute_score",
-    }
+    cfg = sampling_config(settings.recipe, settings.recipe_overrides())
+    cached_with = sampling_identity(cfg, settings.k)
     cache = SampleCache(out, cached_with, restart=settings.restart)
     log(f"[curate] {len(df)} problems: {len(problems)} usable, {len(skipped)} skipped"
         + (f" ({skipped['reason'].value_counts().to_dict()})" if len(skipped) else ""))
