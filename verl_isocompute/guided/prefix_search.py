@@ -382,7 +382,7 @@ def prefix_search(settings: PrefixSearchSettings, log: Callable[[str], None] = _
     identity = {**sampling_identity(cfg, settings.k), "placement": settings.placement, "solution_key": settings.solution_key}
     cache = SampleCache(out, identity, restart=settings.restart, samples_file=RECORDS_FILE, settings_file=SETTINGS_FILE)
     sampler = KSampler(cfg, settings.k, settings.concurrency)
-    prompts = _fit_prompts(problems, sampler, settings.placement)
+    prompts = guided_prompts(problems, sampler, settings.placement)
     searched = {p.problem_id: len(p.ladder) for p in problems if p.reason is None}
     skipped = len(problems) - len(searched)
     records = cache.records()
@@ -398,7 +398,7 @@ def prefix_search(settings: PrefixSearchSettings, log: Callable[[str], None] = _
     return write_outputs(out, table, records, screened, report_settings, rounds)
 
 
-def _fit_prompts(problems: list[Problem], sampler, placement: str) -> dict[tuple[str, int], list[int]]:
+def guided_prompts(problems: list[Problem], sampler, placement: str) -> dict[tuple[str, int], list[int]]:
     """The guided prompt ids of every rung, as training builds them; a ladder is cut at its first rung
     whose prompt is too long (problems with none left are skipped as ``prompt_too_long``)."""
     from verl_isocompute.guided.agent_loop import continuation_prompt_ids
