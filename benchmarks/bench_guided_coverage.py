@@ -101,7 +101,7 @@ def main() -> None:
     chosen = table[table["status"] == "chosen"]
 
     started = time.perf_counter()
-    fresh_hit, fresh_n, fresh_rollouts = fresh_coverage(work / "search", hard_file, args, overrides)
+    fresh_hit, _, fresh_rollouts = fresh_coverage(work / "search", hard_file, args, overrides)
     times["fresh"] = time.perf_counter() - started
 
     n_hard = len(hard)

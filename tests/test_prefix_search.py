@@ -14,7 +14,7 @@ from verl_isocompute.data.worked import worked_arithmetic
 from verl_isocompute.guided import placement as G
 from verl_isocompute.guided import prefix_search as ps
 from verl_isocompute.guided import spend
-from verl_isocompute.guided.prefixes import Prefix, prefix_ladder
+from verl_isocompute.guided.prefixes import prefix_ladder
 from verl_isocompute.guided.search import next_rungs
 from verl_isocompute.workflow.curate import CurateError, SampleCache, problem_id
 
