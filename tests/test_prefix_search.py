@@ -169,3 +169,10 @@ def test_missing_file_and_wrong_solution_key_are_clear_errors(tmp_path):
     proc = _cli(tmp_path / "d.parquet", "-o", tmp_path / "out", "--solution-key", "extra_info.sol")
     assert proc.returncode == 2 and "no problem has a usable prefix at --solution-key extra_info.sol ({'missing': 2})" in proc.stderr
     assert not (tmp_path / "out").exists()  # nothing written, nothing started
+
+
+def test_importing_the_search_and_its_command_loads_no_torch_verl_or_ray():
+    code = ("import sys, verl_isocompute.guided.prefix_search, verl_isocompute.commands.prefix_search; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'verl', 'ray', 'transformers'}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
