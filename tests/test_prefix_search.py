@@ -176,3 +176,10 @@ def test_importing_the_search_and_its_command_loads_no_torch_verl_or_ray():
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'verl', 'ray', 'transformers'}))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_overrides_may_follow_the_options(tmp_path):
+    worked_arithmetic(2).to_parquet(tmp_path / "d.parquet")
+    proc = _cli(tmp_path / "d.parquet", "-o", tmp_path / "out", "--k", "2", "isocompute.model=nosuch")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr  # (verl's import warnings come first)
+    assert proc.stderr.strip().splitlines()[-1].startswith("isocompute prefix-search: error: unknown model 'nosuch'")

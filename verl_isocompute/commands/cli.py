@@ -110,7 +110,16 @@ def closed_pipe_safe() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser(argv).parse_args(argv)
+    parser = build_parser(argv)
+    args, extra = parser.parse_known_args(argv)
+    # A subcommand whose module names a positional list in TRAILING also takes the positional words that come
+    # after its options (argparse gives each positional one contiguous run): `prefix-search DATA -o OUT k=v`.
+    trailing = getattr(getattr(args, "_module", None), "TRAILING", None)
+    stray = [word for word in extra if word.startswith("-")] if trailing else extra
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if trailing:
+        getattr(args, trailing).extend(extra)
     with closed_pipe_safe():
         return int(args._module.run(args) or 0)
 

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 PROG = "isocompute prefix-search"
+TRAILING = "data"  # key=value overrides may follow the options (commands/cli.py)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from verl_isocompute.guided.search import RULES
 
     d = ps.PrefixSearchSettings(out=Path("."))
-    parser.add_argument("data", nargs="+", metavar="DATA", help="verl-format parquet files with an oracle solution column")
+    parser.add_argument("data", nargs="+", metavar="DATA",
+                        help="verl-format parquet files with an oracle solution column, then any key=value overrides "
+                             "of the recipe (verl-style, e.g. isocompute.model=tiny or the reward function)")
     parser.add_argument("--out", "-o", required=True, type=Path, metavar="OUT", help="output directory (also the rung cache)")
     parser.add_argument("--recipe", default=d.recipe, help="recipe giving model, rollout, sampling and reward (default %(default)s)")
     parser.add_argument("--rule", choices=RULES, default=d.rule,
@@ -53,7 +56,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-answer-check", action="store_true",
                         help="do not skip problems whose reference answer math-verify cannot parse (non-math rewards)")
     parser.add_argument("--restart", action="store_true", help="discard the cached rung samples in OUT")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="verl-style overrides of the recipe")
 
 
 def _error(message: str) -> int:
@@ -65,11 +67,14 @@ def run(args: argparse.Namespace) -> int:
     from verl_isocompute.guided import prefix_search as ps
     from verl_isocompute.workflow.launch import Interrupted
 
+    # one positional list: argparse cannot split two of them around options; an override has "=" and is no file
+    overrides = [a for a in args.data if "=" in a and not Path(a).exists()]
+    data = [a for a in args.data if a not in overrides]
     settings = ps.PrefixSearchSettings(
-        out=args.out, data=tuple(args.data), recipe=args.recipe, rule=args.rule, k=args.k, band=tuple(args.band),
+        out=args.out, data=tuple(data), recipe=args.recipe, rule=args.rule, k=args.k, band=tuple(args.band),
         max_fraction=args.max_fraction, placement=args.placement, solution_key=args.solution_key,
         concurrency=args.concurrency, ray_address=args.ray_address, check_answers=not args.no_answer_check,
-        restart=args.restart, overrides=tuple(args.overrides),
+        restart=args.restart, overrides=tuple(overrides),
     )
     try:
         settings.check()  # before any start-up: a bad flag costs nothing
