@@ -15,8 +15,11 @@ Printed side by side, on the same problems and k: the share with >= 1 correct un
 guided at the chosen prefix (search, and fresh draw), the chosen-fraction distribution and the rollouts
 each stage spent. All sampling goes through verl's rollout servers (our hf backend on CPU).
 
-    python benchmarks/bench_guided_coverage.py [--problems 48] [--terms 3] [--digits 2] [--k 8] \
-        [--max-fraction 0.5] [--placement assistant] [--response-length 48] [--work DIR]
+A rung must never hold the last computation (whose result is the answer): the benchmark refuses settings
+whose capped ladder would (with 6 terms and the 0.5 cap a prefix holds at most 3 of the 5 steps).
+
+    python benchmarks/bench_guided_coverage.py [--problems 32] [--terms 6] [--digits 2] [--k 8] \
+        [--max-fraction 0.5] [--placement assistant] [--response-length 64] [--work DIR]
 """
 
 from __future__ import annotations
@@ -56,13 +59,13 @@ def fresh_coverage(search_dir: Path, hard_file: Path, args, overrides: list[str]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--problems", type=int, default=48)
-    parser.add_argument("--terms", type=int, default=3)
+    parser.add_argument("--problems", type=int, default=32)
+    parser.add_argument("--terms", type=int, default=6)
     parser.add_argument("--digits", type=int, default=2)
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--max-fraction", type=float, default=0.5)
     parser.add_argument("--placement", default="assistant", choices=["user", "assistant"])
-    parser.add_argument("--response-length", type=int, default=48)
+    parser.add_argument("--response-length", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, default=None, help="keep the outputs here (default: a temporary dir)")
     args = parser.parse_args()
@@ -72,12 +75,18 @@ def main() -> None:
     from verl_isocompute.data.worked import worked_arithmetic
     from verl_isocompute.guided import prefix_search as ps
     from verl_isocompute.guided import spend
+    from verl_isocompute.guided.prefixes import prefix_ladder
     from verl_isocompute.workflow import curate as c
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_guided_"))
     work.mkdir(parents=True, exist_ok=True)
     data = work / "worked.parquet"
-    worked_arithmetic(args.problems, args.terms, args.digits, args.seed).to_parquet(data, index=False)
+    problems = worked_arithmetic(args.problems, args.terms, args.digits, args.seed)
+    longest = max(len(prefix_ladder(i["solution"], args.max_fraction)) for i in problems["extra_info"])
+    if longest >= args.terms - 1:
+        raise SystemExit(f"--max-fraction {args.max_fraction} lets a prefix hold all {args.terms - 1} steps (the answer); "
+                         "lower it or raise --terms")
+    problems.to_parquet(data, index=False)
     overrides = ["isocompute.model=smollm2", f"data.max_response_length={args.response_length}",
                  "data.max_prompt_length=256"]
     times = {}
@@ -111,7 +120,7 @@ def main() -> None:
           f"{torch.get_num_threads()} threads")
     print(f"data: {args.problems} chains of {args.terms} numbers of {args.digits} digits (seed {args.seed}); k = {args.k}, "
           f"temperature 0.6, <= {args.response_length} response tokens; placement {args.placement}, "
-          f"max prefix {args.max_fraction:g} of the solution")
+          f"max prefix {args.max_fraction:g} of the solution (at most {longest} of {args.terms - 1} steps)")
     print(f"unguided: mean avg@{args.k} {difficulty['avg@k'].mean():.3f}; Hard set (0 of {args.k} correct): "
           f"{n_hard} of {len(difficulty)} problems")
     if not n_hard:
