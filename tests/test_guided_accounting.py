@@ -90,7 +90,7 @@ def test_spend_locations_come_from_the_guided_block():
     assert spend_locations({"spend": "/a"}) == ["/a"] and spend_locations({"spend": ["/a", "/b/spend.json"]}) == ["/a", "/b/spend.json"]
 
 
-def test_a_traces_directory_brings_its_own_spend(tmp_path):
+def test_traces_and_prefix_search_directories_bring_their_own_spend(tmp_path):
     """With guidance on, the traces' curation directory's spend.json counts without being listed (PrefixRL
     counts the FLOPs that found the traces); without a spend file there, or with guidance off, nothing is added."""
     curated = tmp_path / "curated"
@@ -101,6 +101,12 @@ def test_a_traces_directory_brings_its_own_spend(tmp_path):
     assert spend_locations(block) == [str(curated)]
     assert spend_locations({**block, "enable": False}) == []
     assert spend.total(spend_locations({**block, "spend": [str(curated / "spend.json")]})) == {"curation": spend.Spend(32, 640)}
+    searched = tmp_path / "search"
+    spend.write(searched, spend.PREFIX_SEARCH, spend.Spend(24, 300))
+    (searched / "prefixes.parquet").write_bytes(b"")
+    for prefixes in (searched, searched / "prefixes.parquet"):
+        assert spend.total(spend_locations({**block, "prefixes": str(prefixes)})) == {
+            "curation": spend.Spend(32, 640), "prefix_search": spend.Spend(24, 300)}
 
 
 def test_guidance_spend_sums_the_listed_files_and_names_a_missing_one(tmp_path):

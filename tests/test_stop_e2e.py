@@ -4,7 +4,7 @@ Each long-running command is started, the test waits until its Ray instance is u
 until verl's workers are running the trainer), sends SIGTERM to the command's own process (as ``kill``
 does), and checks: the exit status is 143 (128 + SIGTERM), stderr ends with the one line saying what was
 kept, and no process the command started (its process tree, and every process of the Ray session its
-driver started) is alive. The sweep's stop is covered in test_sweep_e2e.py. About 2 minutes on 2 cores.
+driver started) is alive. The sweep's stop is covered in test_sweep_e2e.py. About 2.5 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -104,3 +104,21 @@ def test_sigterm_stops_a_curation_and_keeps_its_cache(tmp_path, tiny_model_path)
         f"{out_dir / 'samples.jsonl'}: rerun the same command to resume"
     )
     assert (out_dir / "samples.jsonl").read_text().strip()  # what was sampled is cached
+
+
+def test_sigterm_stops_a_prefix_search_and_keeps_its_rungs(tmp_path, tiny_model_path):
+    from verl_isocompute.data.worked import worked_arithmetic
+
+    worked_arithmetic(200, terms=5).to_parquet(tmp_path / "hard.parquet", index=False)
+    out_dir = tmp_path / "search"
+    cmd = [sys.executable, "-m", "verl_isocompute.commands.cli", "prefix-search", str(tmp_path / "hard.parquet"), "-o",
+           str(out_dir), "--k", "2", "--max-fraction", "0.6", "--placement", "assistant", "--concurrency", "2",
+           "isocompute.model=tiny", "data.max_prompt_length=160", PARITY_REWARD]
+    out = _stop_when(cmd, lambda: (out_dir / "rungs.jsonl").is_file(), tmp_path / "search.log")
+    assert out["rc"] == 128 + signal.SIGTERM, out["output"][-3000:]
+    assert out["leftover"] == []
+    assert _last_line(out["output"]) == (
+        f"isocompute prefix-search: stopped by SIGTERM; Ray is stopped; kept the rungs sampled so far in "
+        f"{out_dir / 'rungs.jsonl'}: rerun the same command to resume"
+    )
+    assert (out_dir / "rungs.jsonl").read_text().strip()

@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("verl_isocompute.commands.doctor", "check that verl sees this plugin and the CPU backend works"),
     "demo": ("verl_isocompute.commands.demo", "run the CPU demo: a few real verl GRPO steps on a small model"),
     "curate": ("verl_isocompute.commands.curate", "measure per-problem difficulty (avg@k) and write Easy/Hard/mixed sets"),
+    "prefix-search": ("verl_isocompute.commands.prefix_search", "choose each hard problem's oracle-prefix length with the base model (POPE / PrefixRL rules)"),
     "guide": ("verl_isocompute.commands.guide", "mix guided copies of hard problems (oracle-solution prefixes, POPE/PrefixRL) into a training set"),
     "sweep": ("verl_isocompute.commands.sweep", "run a pilot sweep (B_problem x n grid), locally or on a Ray cluster, then fit"),
     "fit": ("verl_isocompute.commands.fit", "fit the compute-optimal frontier and the n*(C) sigmoid from run logs"),
@@ -109,7 +110,16 @@ def closed_pipe_safe() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser(argv).parse_args(argv)
+    parser = build_parser(argv)
+    args, extra = parser.parse_known_args(argv)
+    # A subcommand whose module names a positional list in TRAILING also takes the positional words that come
+    # after its options (argparse gives each positional one contiguous run): `prefix-search DATA -o OUT k=v`.
+    trailing = getattr(getattr(args, "_module", None), "TRAILING", None)
+    stray = [word for word in extra if word.startswith("-")] if trailing else extra
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if trailing:
+        getattr(args, trailing).extend(extra)
     with closed_pipe_safe():
         return int(args._module.run(args) or 0)
 

@@ -9,6 +9,8 @@ prefix_fraction, placement, guide_prefix). Train on it with ``data.train_files=O
 the unguided set. Problems whose solution is missing or has no usable prefix are skipped and counted.
 ``--traces CURATE_OUT`` cuts the prefixes from the base model's own correct responses kept by
 ``isocompute curate --keep-correct`` instead (PrefixRL's traces); problems without one count as no_trace.
+With --prefixes DIR (the output of ``isocompute prefix-search``) each problem gets the prefix the search
+chose for it with the base model instead of the fixed --fraction.
 
 Exit status: 0 written; 2 bad input (nothing written).
 """
@@ -32,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"column (or dotted path into one) with the oracle solution (default {DEFAULTS.solution_key})")
     parser.add_argument("--placement", choices=PLACEMENTS, default=DEFAULTS.placement,
                         help="user: POPE's user-turn prefix; assistant: PrefixRL's assistant-turn prefix "
-                             "(default user; assistant with --traces)")
+                             "(default user; assistant with --traces; the search's own with --prefixes)")
     parser.add_argument("--traces", default=DEFAULTS.traces, metavar="CURATE_OUT",
                         help="cut the prefixes from the base model's correct responses that `isocompute curate "
                              "--keep-correct --out CURATE_OUT` kept (PrefixRL; the shortest usable one per problem) "
@@ -42,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prefix length as a share of the solution's characters, cut at a line/sentence end (default 0.25)")
     parser.add_argument("--max-fraction", type=float, default=DEFAULTS.max_fraction,
                         help="cap on the prefix share (default 0.25, POPE's quarter)")
+    parser.add_argument("--prefixes", default=None, metavar="DIR",
+                        help="an `isocompute prefix-search` output dir (or its prefixes.parquet): each problem gets its "
+                             "searched prefix, problems without one are skipped (default: the fixed --fraction)")
     parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="which problems are guided when ratio < 1 (default 0)")
 
 
@@ -51,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"isocompute guide: error: {', '.join(missing)} not found; pass training parquet files", file=sys.stderr)
         return 2
     options = GuideOptions(args.solution_key, args.placement, args.ratio, args.fraction, args.max_fraction, args.seed,
-                           traces=args.traces)
+                           traces=args.traces, prefixes=args.prefixes)
     try:
         result = write_mixture([str(p) for p in args.train], args.out, options)
     except ValueError as exc:

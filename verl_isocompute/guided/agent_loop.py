@@ -29,6 +29,14 @@ from verl_isocompute.guided.check import prefix_token_ids
 from verl_isocompute.guided.placement import PREFIX_AGENT
 
 
+def continuation_prompt_ids(prompt_ids: list[int], prefix: str, tokenizer) -> list[int]:
+    """The prompt of the assistant placement: the unguided prompt's ids, then the prefix's own token ids (no
+    special tokens, :func:`~verl_isocompute.guided.check.prefix_token_ids`). Training (this loop) and the prefix
+    search (:mod:`verl_isocompute.guided.prefix_search`) both build it here, so the search measures exactly the
+    prompts training sees, and the trainer's run-time check tokenises the prefix the same way."""
+    return [int(t) for t in prompt_ids] + [int(t) for t in prefix_token_ids(tokenizer, prefix)]
+
+
 @register(PREFIX_AGENT)
 class PrefixContinuationAgentLoop(SingleTurnAgentLoop):
     """verl's single-turn loop, continuing the prompt's final assistant message instead of opening a new one."""
@@ -41,5 +49,4 @@ class PrefixContinuationAgentLoop(SingleTurnAgentLoop):
                 "verl_isocompute.guided.placement (placement='assistant')"
             )
         prompt_ids = await super().ct_build_initial_tokens(messages[:-1], tools=tools, **mm)
-        prefix_ids = prefix_token_ids(self.tokenizer, messages[-1]["content"])
-        return self._cap_text_prompt_length(list(prompt_ids) + list(prefix_ids))
+        return self._cap_text_prompt_length(continuation_prompt_ids(prompt_ids, messages[-1]["content"], self.tokenizer))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -37,6 +38,8 @@ PREFIX_AGENT = "isocompute_prefix_continuation"  # our registered agent loop for
 DEFAULT_AGENT = "single_turn_agent"  # verl's default agent loop (rollout.agent.default_agent_loop)
 NO_USER_TURN = "no_user_turn"  # a row whose prompt has no user message to put a POPE prefix in
 NO_TRACE = "no_trace"  # with traces as the source: the problem has no kept correct response (guided/traces.py)
+NO_PREFIX_FOUND = "no_prefix_found"  # the prefix search found no rung for the problem (guided.prefix_search)
+NOT_SEARCHED = "not_searched"  # the problem is not in the prefix search's table
 # The continue instruction of the user placement (our wording; POPE's exact prompt is not reproduced).
 CONTINUE_INSTRUCTION = "Below is the beginning of a correct solution. Continue it from where it stops, without repeating it."
 
@@ -91,6 +94,7 @@ def guided_dataset(
     max_fraction: float = DEFAULT_MAX_FRACTION,
     seed: int = 0,
     solutions: list | None = None,
+    searched: Mapping[str, Prefix | str] | None = None,
 ) -> GuidedDataset:
     """``frame`` (verl rows) plus guided copies of ``ratio`` x len(frame) of its problems (those with a usable prefix).
 
@@ -99,7 +103,11 @@ def guided_dataset(
     When fewer problems than asked have a usable prefix, all of them are guided (see :meth:`GuidedDataset.summary`);
     which problems are guided when there are more is a seeded draw. ``solutions`` (one per row) replaces the
     ``solution_key`` column, e.g. PrefixRL traces (:func:`verl_isocompute.guided.recipe.trace_solutions`); a None
-    entry is counted as :data:`NO_TRACE`."""
+    entry is counted as :data:`NO_TRACE`.
+
+    ``searched`` (:func:`verl_isocompute.guided.prefix_search.read_chosen`: problem id -> chosen prefix or the
+    reason there is none) replaces the fixed ``fraction``: each problem gets the prefix the search chose for
+    it, and a problem without one is skipped with the search's reason (``no_prefix_found``, ``not_searched``)."""
     if placement not in PLACEMENTS:
         raise ValueError(f"placement={placement!r}: use {' or '.join(PLACEMENTS)}")
     if not 0 < ratio <= 1:
@@ -110,14 +118,19 @@ def guided_dataset(
     skipped: Counter = Counter()
     usable: list[tuple[int, Prefix]] = []
     for i, row in enumerate(rows):
-        solution = lookup(row, solution_key) if solutions is None else solutions[i]
-        reason = NO_TRACE if solutions is not None and solution is None else skip_reason(solution, max_fraction)
+        if searched is None:
+            solution = lookup(row, solution_key) if solutions is None else solutions[i]
+            reason = NO_TRACE if solutions is not None and solution is None else skip_reason(solution, max_fraction)
+            prefix = None if reason else prefix_at(solution, fraction, max_fraction)
+        else:
+            prefix = searched.get(_problem_id(row), NOT_SEARCHED)
+            prefix, reason = (prefix, None) if isinstance(prefix, Prefix) else (None, prefix)
         if reason is None and placement == USER and not any(m.get("role") == "user" for m in row["prompt"]):
             reason = NO_USER_TURN
         if reason is not None:
             skipped[reason] += 1
             continue
-        usable.append((i, prefix_at(solution, fraction, max_fraction)))
+        usable.append((i, prefix))
     wanted = round(ratio * len(rows))
     chosen = sorted(random.Random(seed).sample(usable, min(wanted, len(usable))))
 
@@ -134,6 +147,14 @@ def guided_dataset(
             guided["agent_name"] = PREFIX_AGENT
         out.append(guided)
     return GuidedDataset(pd.DataFrame(out), unguided=len(rows), guided=len(chosen), eligible=len(usable), wanted=wanted, skipped=skipped)
+
+
+def _problem_id(row: Mapping) -> str | None:
+    """The row's id as curation and the prefix search compute it (prompt messages + ground truth)."""
+    from verl_isocompute.workflow.curate import ground_truth_of, messages_of, problem_id
+
+    messages, truth = messages_of(row.get("prompt")), ground_truth_of(row.get("reward_model"))
+    return None if messages is None or truth is None else problem_id(messages, truth)
 
 
 def write_guided(train_file, out_file, solution_key: str, **options) -> GuidedDataset:

@@ -42,13 +42,24 @@ class GuideOptions:
     max_fraction: float = DEFAULT_MAX_FRACTION  # cap on the prefix share; POPE keeps it around 1/4
     seed: int = 0  # which problems are guided when ratio < 1
     traces: str | None = None  # a `curate --keep-correct` directory: cut the prefixes from its traces, not solution_key
+    prefixes: str | None = None  # a prefix-search output dir (or its prefixes.parquet): per-problem prefixes instead of fraction
 
     def build(self, frame) -> GuidedDataset:
+        """The guided mixture of ``frame``. Placement ``None`` means: the prefix search's own placement with
+        ``prefixes``, ``assistant`` (PrefixRL) with ``traces``, else ``user`` (POPE)."""
         options = asdict(self)
-        traces = options.pop("traces")
-        placement = options.pop("placement") or (ASSISTANT if traces else USER)
-        solutions = trace_solutions(frame, traces, self.max_fraction) if traces else None
-        return guided_dataset(frame, placement=placement, solutions=solutions, **options)
+        traces, prefixes, placement = options.pop("traces"), options.pop("prefixes"), options.pop("placement")
+        if traces and prefixes:
+            raise ValueError("traces and prefixes are two sources of prefixes: give one (the prefix search cuts "
+                             "the solution column, not traces)")
+        if prefixes:
+            from verl_isocompute.guided.prefix_search import read_chosen, searched_placement
+
+            placement = placement or searched_placement(prefixes) or USER
+            options["searched"] = read_chosen(prefixes, placement)
+        elif traces:
+            options["solutions"] = trace_solutions(frame, traces, self.max_fraction)
+        return guided_dataset(frame, placement=placement or (ASSISTANT if traces else USER), **options)
 
 
 def trace_solutions(frame, traces: str, max_fraction: float) -> list[str | None]:
@@ -105,14 +116,20 @@ def guided_block(cfg) -> dict:
 
 def spend_locations(block: dict) -> list[str]:
     """Where the spend files of the guided data are, from the ``isocompute.guided`` block: the ``spend`` key
-    (a spend.json file or its directory, or a list of them), plus the spend file of the ``traces`` directory
-    when guidance is on and the directory has one (curation and rejection sampling made those traces: PrefixRL's
-    comparison counts them, arXiv 2601.18795). The one place that collects them."""
+    (a spend.json file or its directory, or a list of them), plus, when guidance is on, the spend files of the
+    ``traces`` directory (curation and rejection sampling found those traces) and of the ``prefixes`` search
+    (it sampled every rung it tried), where they exist: PrefixRL's comparison counts them (arXiv 2601.18795).
+    The one place that collects them."""
     value = block.get(SPEND) or []
     locations = [str(value)] if isinstance(value, (str, os.PathLike)) else [str(v) for v in value]
-    traces = block.get("traces")
-    if block.get(ENABLE) and traces and spend.path_of(traces).is_file():
-        locations.append(str(traces))
+    if block.get(ENABLE):
+        for source in (block.get("traces"), block.get("prefixes")):
+            if not source:
+                continue
+            where = Path(os.path.expanduser(str(source)))
+            where = where.parent if where.is_file() else where  # prefixes may name the search's prefixes.parquet
+            if spend.path_of(where).is_file():
+                locations.append(str(where))
     return locations
 
 
@@ -191,6 +208,9 @@ def prepare_guided(cfg) -> GuidedDataset | None:
             f"isocompute.guided: no training problem has a usable trace in isocompute.guided.traces={options.traces} "
             f"({result.summary()}); curate these problems there with `isocompute curate --keep-correct [--pass-k K]`"
         )
+    if result.guided == 0 and options.prefixes:
+        raise ValueError(f"isocompute.guided: no training problem has a searched prefix in isocompute.guided.prefixes="
+                         f"{options.prefixes} ({result.summary()}); run isocompute prefix-search on these training files")
     if result.guided == 0:
         raise ValueError(
             f"isocompute.guided: no training problem has a usable prefix at isocompute.guided.solution_key="

@@ -257,16 +257,19 @@ class SampleCache:
     with ``--keep-correct``, ``traces.jsonl.gz`` (the correct responses, :mod:`verl_isocompute.guided.traces`).
 
     Records are appended as problems (rounds) finish; a line cut by an interruption is ignored on reading.
+    The prefix search keeps its per-rung records the same way under its own file names.
     """
 
-    def __init__(self, out_dir: Path, settings: dict[str, Any], restart: bool = False) -> None:
+    def __init__(self, out_dir: Path, settings: dict[str, Any], restart: bool = False,
+                 samples_file: str = SAMPLES_FILE, settings_file: str = SETTINGS_FILE) -> None:
         from verl_isocompute.guided.traces import REJECTION_FILE, TRACES_FILE
 
-        self.path = out_dir / SAMPLES_FILE
-        self.settings_path = out_dir / SETTINGS_FILE
+        self.path = out_dir / samples_file
+        self.settings_path = out_dir / settings_file
         out_dir.mkdir(parents=True, exist_ok=True)
         if restart:
-            for name in (SAMPLES_FILE, REJECTION_FILE, TRACES_FILE):
+            # curation's rejection rounds and traces go with its samples (not with another tool's cache)
+            for name in (samples_file, *((REJECTION_FILE, TRACES_FILE) if samples_file == SAMPLES_FILE else ())):
                 (out_dir / name).unlink(missing_ok=True)
         if self.settings_path.is_file() and self.path.is_file():
             old = json.loads(self.settings_path.read_text())
@@ -282,6 +285,10 @@ class SampleCache:
         self.rounds = _Appended(out_dir / REJECTION_FILE)
         self.traces_path = out_dir / TRACES_FILE
         self._traces = None
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every complete record, in the order written."""
+        return self.samples.lines()
 
     def load(self) -> dict[str, dict[str, Any]]:
         """The newest record of each problem (a problem re-sampled with --resample-untraced has two lines)."""
@@ -744,6 +751,47 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def sampling_config(recipe: str, overrides: list[str]):
+    """The recipe composed and prepared for sampling with the base model outside training (curation, the
+    prefix search): platform, model, the rollout and reward parts resolved, our plugin registered."""
+    from omegaconf import OmegaConf
+
+    from verl_isocompute.training.config import (
+        compose_recipe,
+        prepare_model,
+        prepare_platform,
+        resolve,
+    )
+
+    cfg = compose_recipe(recipe, overrides)
+    prepare_platform(cfg)
+    # The recipes write the model path, n and dtypes as our resolvers' interpolations, which read the
+    # whole config (``_root_``); verl turns ``actor_rollout_ref.model`` into a dataclass on its own, so
+    # resolve the parts curation hands to verl now (not the recipe's training data: curation brings its own).
+    for key in ("actor_rollout_ref", "reward"):
+        if OmegaConf.select(cfg, key) is not None:
+            resolve(cfg[key])
+    prepare_model(cfg)
+    # As in main.run: register our plugin now that VERL_PLATFORM is final (verl swallows a plugin
+    # that failed while verl was being imported, e.g. through verl_isocompute.cpu.models).
+    from verl_isocompute.plugin import register_all
+
+    register_all()
+    return cfg
+
+
+def sampling_identity(cfg, k: int) -> dict[str, Any]:
+    """What makes cached samples comparable: model, rollout backend, k, sampling parameters, reward."""
+    rollout = cfg.actor_rollout_ref.rollout
+    reward = cfg.reward.get("custom_reward_function") or {}
+    return {
+        "model": str(cfg.actor_rollout_ref.model.path), "rollout": str(rollout.name), "k": k,
+        "temperature": float(rollout.temperature), "top_p": float(rollout.top_p), "top_k": int(rollout.top_k),
+        "max_response_length": int(rollout.response_length),
+        "reward": f"{reward.get('path')}:{reward.get('name')}" if reward.get("path") else "verl_isocompute.training.reward:compute_score",
+    }
+
+
 def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progress: bool = True) -> dict[str, Any]:
     """Measure avg@k per problem and write the sets into ``settings.out``; returns the summary.
 
@@ -766,37 +814,8 @@ def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progr
     if problems.empty:
         raise CurateError(f"no usable problem among {len(df)}: {skipped['reason'].value_counts().to_dict()}")
 
-    from omegaconf import OmegaConf
-
-    from verl_isocompute.training.config import (
-        compose_recipe,
-        prepare_model,
-        prepare_platform,
-        resolve,
-    )
-
-    cfg = compose_recipe(settings.recipe, settings.recipe_overrides())
-    prepare_platform(cfg)
-    # The recipes write the model path, n and dtypes as our resolvers' interpolations, which read the
-    # whole config (``_root_``); verl turns ``actor_rollout_ref.model`` into a dataclass on its own, so
-    # resolve the parts curation hands to verl now (not the recipe's training data: curation brings its own).
-    for key in ("actor_rollout_ref", "reward"):
-        if OmegaConf.select(cfg, key) is not None:
-            resolve(cfg[key])
-    prepare_model(cfg)
-    # As in main.run: register our plugin now that VERL_PLATFORM is final (verl swallows a plugin
-    # that failed while verl was being imported, e.g. through verl_isocompute.cpu.models).
-    from verl_isocompute.plugin import register_all
-
-    register_all()
-    rollout = cfg.actor_rollout_ref.rollout
-    reward = cfg.reward.get("custom_reward_function") or {}
-    cached_with = {
-        "model": str(cfg.actor_rollout_ref.model.path), "rollout": str(rollout.name), "k": settings.k,
-        "temperature": float(rollout.temperature), "top_p": float(rollout.top_p), "top_k": int(rollout.top_k),
-        "max_response_length": int(rollout.response_length),
-        "reward": f"{reward.get('path')}:{reward.get('name')}" if reward.get("path") else "verl_isocompute.training.reward:compute_score",
-    }
+    cfg = sampling_config(settings.recipe, settings.recipe_overrides())
+    cached_with = sampling_identity(cfg, settings.k)
     cache = SampleCache(out, cached_with, restart=settings.restart)
     log(f"[curate] {len(df)} problems: {len(problems)} usable, {len(skipped)} skipped"
         + (f" ({skipped['reason'].value_counts().to_dict()})" if len(skipped) else ""))

@@ -17,6 +17,8 @@ recipe's reward function (``reward.custom_reward_function``, loaded with verl's 
 correct when the reward's ``acc`` is true, or, for a reward that returns a bare number, when the score
 exceeds 0.5. Problems are processed with at most ``concurrency`` in flight; each is handed to a callback
 as soon as its k scores are in (the cache appends it), so an interruption loses only the ones in flight.
+Ray and the replicas are started once (:func:`running`) for any number of batches: curation samples one,
+the prefix search (:mod:`verl_isocompute.guided.prefix_search`) one per round.
 
 Ray: a private local instance with the recipe's ``ray_kwargs.ray_init`` (on the CPU platform: logical
 GPUs for the resource pool), or an existing cluster when an address is given (then the cluster must
@@ -27,7 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -134,9 +137,10 @@ class KSampler:
                        round_: int = 0) -> dict[str, Any]:
         server = self.replicas[index % len(self.replicas)].server_handle
         n = self.k if n is None else n
+        request = problem.get("request_id", f"curate-{problem['problem_id']}")  # unique among requests in flight
         outputs = await asyncio.gather(*[
             server.generate.remote(prompt_ids=prompt_ids, sampling_params=dict(self.sampling_params),
-                                   request_id=f"curate-{problem['problem_id']}-{round_}-{i}")
+                                   request_id=f"{request}-{round_}-{i}")
             for i in range(n)
         ])
         scored = await asyncio.gather(*[self._score(problem, out.token_ids) for out in outputs])
@@ -153,15 +157,15 @@ class KSampler:
                               for i, (out, (ok, _)) in enumerate(zip(outputs, scored)) if ok]
         return record
 
-    async def run(self, problems: list[dict[str, Any]], on_done: Callable[[dict[str, Any]], None]) -> None:
-        """Sample and score every problem (dicts with problem_id, messages, ground_truth, ...)."""
-        await self.start()
+    async def sample_batch(self, problems: list[dict[str, Any]], on_done: Callable[[dict[str, Any]], None]) -> None:
+        """Sample and score every problem (dicts with problem_id, prompt_ids, ground_truth, ...) on the started
+        replicas; ``on_done`` gets each problem's record (plus the problem's ``carry`` fields) as it finishes."""
         gate = asyncio.Semaphore(self.concurrency)
 
         async def one(index: int, problem: dict[str, Any]) -> None:
             async with gate:
                 record = await self._problem(index, problem, problem["prompt_ids"])
-            on_done(record)
+            on_done({**record, **problem.get("carry", {})})
 
         await asyncio.gather(*[one(i, p) for i, p in enumerate(problems)])
 
@@ -170,7 +174,6 @@ class KSampler:
         """Sample each problem in rounds (rejection sampling): ``next_round(problem)`` gives (round, samples),
         samples 0 when the problem is done; each round's record goes to ``on_done(problem, record)``, which
         updates what ``next_round`` sees. A problem's rounds run one after the other, problems concurrently."""
-        await self.start()
         gate = asyncio.Semaphore(self.concurrency)
 
         async def one(index: int, problem: dict[str, Any]) -> None:
@@ -185,15 +188,51 @@ class KSampler:
         await asyncio.gather(*[one(i, p) for i, p in enumerate(problems)])
 
 
+class Session:
+    """The started replicas, sampled from blocking code: each call runs on the session's one event loop."""
+
+    def __init__(self, sampler: KSampler, loop: asyncio.AbstractEventLoop) -> None:
+        self.sampler, self.loop = sampler, loop
+
+    def __call__(self, problems: list[dict[str, Any]], on_done: Callable[[dict[str, Any]], None]) -> None:
+        """k samples per problem (:meth:`KSampler.sample_batch`)."""
+        self.loop.run_until_complete(self.sampler.sample_batch(problems, on_done))
+
+    def rounds(self, problems: list[dict[str, Any]], on_done: Callable[[dict[str, Any], dict[str, Any]], None],
+               next_round: Callable[[dict[str, Any]], tuple[int, int]]) -> None:
+        """Samples in rounds per problem (:meth:`KSampler.run_rounds`)."""
+        self.loop.run_until_complete(self.sampler.run_rounds(problems, on_done, next_round))
+
+
+@contextmanager
+def running(sampler: KSampler, ray_address: str | None = None) -> Iterator[Session]:
+    """Start Ray and the rollout replicas once; yield a :class:`Session` (``session(problems, on_done)``,
+    callable any number of times: the prefix search samples one batch per round); stop Ray on leaving."""
+    import ray
+
+    _ray_init(sampler.cfg, ray_address)
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(sampler.start())
+        yield Session(sampler, loop)
+    finally:
+        # as asyncio.run does: cancel what an interruption left in flight before closing the loop
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()
+        ray.shutdown()
+
+
 def sample(sampler: KSampler, problems: list[dict[str, Any]], on_done: Callable[..., None],
            ray_address: str | None = None, next_round: Callable[[dict[str, Any]], tuple[int, int]] | None = None) -> None:
     """Start Ray and the rollout replicas, sample and score every problem (each with ``prompt_ids``), stop Ray.
 
     With ``next_round``, in rounds (:meth:`KSampler.run_rounds`) instead of k samples each."""
-    import ray
-
-    _ray_init(sampler.cfg, ray_address)
-    try:
-        asyncio.run(sampler.run(problems, on_done) if next_round is None else sampler.run_rounds(problems, on_done, next_round))
-    finally:
-        ray.shutdown()
+    with running(sampler, ray_address) as session:
+        if next_round is None:
+            session(problems, on_done)
+        else:
+            session.rounds(problems, on_done, next_round)
