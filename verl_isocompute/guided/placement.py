@@ -123,7 +123,7 @@ def guided_dataset(
             reason = NO_TRACE if solutions is not None and solution is None else skip_reason(solution, max_fraction)
             prefix = None if reason else prefix_at(solution, fraction, max_fraction)
         else:
-            prefix = searched.get(_problem_id(row), NOT_SEARCHED)
+            prefix = searched.get(row_problem_id(row), NOT_SEARCHED)
             prefix, reason = (prefix, None) if isinstance(prefix, Prefix) else (None, prefix)
         if reason is None and placement == USER and not any(m.get("role") == "user" for m in row["prompt"]):
             reason = NO_USER_TURN
@@ -149,8 +149,8 @@ def guided_dataset(
     return GuidedDataset(pd.DataFrame(out), unguided=len(rows), guided=len(chosen), eligible=len(usable), wanted=wanted, skipped=skipped)
 
 
-def _problem_id(row: Mapping) -> str | None:
-    """The row's id as curation and the prefix search compute it (prompt messages + ground truth)."""
+def row_problem_id(row: Mapping) -> str | None:
+    """The row's id as curation, its traces and the prefix search compute it (prompt messages + ground truth)."""
     from verl_isocompute.workflow.curate import ground_truth_of, messages_of, problem_id
 
     messages, truth = messages_of(row.get("prompt")), ground_truth_of(row.get("reward_model"))

@@ -68,16 +68,14 @@ def trace_solutions(frame, traces: str, max_fraction: float) -> list[str | None]
     A row is matched to its traces by curation's problem id (prompt messages + ground truth), so any file holding
     the curated problems works (the curated sets, a mixture, the user's own copy). Raises TracesError (a
     ValueError naming the file and the fix) when the traces file is missing or unreadable."""
+    from verl_isocompute.guided.placement import row_problem_id
     from verl_isocompute.guided.prefixes import skip_reason
     from verl_isocompute.guided.traces import by_problem, choose_trace, read_traces
-    from verl_isocompute.workflow.curate import ground_truth_of, messages_of, problem_id
 
     kept = by_problem(read_traces(traces))
     out = []
-    for prompt, reward_model in zip(frame["prompt"], frame.get("reward_model", [None] * len(frame))):
-        messages, truth = messages_of(prompt), ground_truth_of(reward_model)
-        pid = problem_id(messages, truth) if messages is not None and truth is not None else None
-        chosen = choose_trace(kept.get(pid, []), lambda text: skip_reason(text, max_fraction) is None)
+    for row in frame.to_dict("records"):
+        chosen = choose_trace(kept.get(row_problem_id(row), []), lambda text: skip_reason(text, max_fraction) is None)
         out.append(None if chosen is None else chosen["text"])
     return out
 
