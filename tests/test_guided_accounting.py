@@ -151,6 +151,9 @@ def test_stock_main_ppo_config_gets_the_same_mixture_from_the_trainer(tmp_path, 
     from verl_isocompute.training.config import prepare
 
     monkeypatch.delenv("VERL_PLATFORM", raising=False)
+    # prepare() points verl's file logger at the run dir through the environment: undone after the test (a
+    # leaked path would be inherited by later tests' verl runs, which then log their metrics there)
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", "")
     frame(6).to_parquet(tmp_path / "train.parquet")
     frame(3).to_parquet(tmp_path / "val.parquet")
     given = [f"isocompute.run_dir={tmp_path}/run", f"actor_rollout_ref.model.path={tiny_model_path}",

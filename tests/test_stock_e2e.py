@@ -28,8 +28,9 @@ class MainPpo:
         self.run_dir = run_dir
         self.cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *args, PARITY_REWARD, *SHORT, f"isocompute.run_dir={run_dir}"]
         self.out = open(run_dir.parent / "main_ppo.log", "w+")
-        self.proc = subprocess.Popen(self.cmd, stdout=self.out, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "VERL_PLATFORM": "cpu"})
+        # a user's shell: no file-logger path left in this process's environment by an in-process prepare()
+        env = {k: v for k, v in os.environ.items() if k != "VERL_FILE_LOGGER_PATH"}
+        self.proc = subprocess.Popen(self.cmd, stdout=self.out, stderr=subprocess.STDOUT, env={**env, "VERL_PLATFORM": "cpu"})
 
     def result(self) -> tuple[dict, list[dict]]:
         try:
