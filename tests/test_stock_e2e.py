@@ -1,8 +1,9 @@
 """End to end through verl's own entry point: ``VERL_PLATFORM=cpu python -m verl.trainer.main_ppo``, tiny model.
 
-One run of a recipe (``cpu_demo``) and one of verl's stock ``ppo_trainer`` with three of our pieces, started
-at the same time; each must write our run log into the run dir, with the lr of the sqrt rule and verl's
-metrics next to it.
+One run of a recipe (``cpu_demo``) and one of verl's stock ``ppo_trainer`` with three of our pieces, one after
+the other; each must write our run log into the run dir, with the lr of the sqrt rule and verl's metrics
+next to it. (Not at the same time: each run's workers pick a free port for torch.distributed's store, and
+two runs starting together can pick the same one: EADDRINUSE.)
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ SHORT = ["trainer.total_training_steps=1", "trainer.val_before_train=false", "tr
 
 
 class MainPpo:
-    """``python -m verl.trainer.main_ppo`` started now (the runs of this file overlap: most of a tiny run is
-    start-up, and its phases leave a core idle); :meth:`result` waits for it and reads its run log."""
+    """``python -m verl.trainer.main_ppo`` started now; :meth:`result` waits for it and reads its run log."""
 
     def __init__(self, run_dir, *args: str) -> None:
         self.run_dir = run_dir
@@ -47,18 +47,22 @@ class MainPpo:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, isocompute_cache, tiny_model_path) -> dict[str, MainPpo]:
-    """Both runs, started at once."""
+    """Both runs, one after the other."""
     from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
 
     train, val = write_arithmetic_dataset(isocompute_cache / "stock-data", ArithmeticSpec(train_size=64, val_size=8))
-    started = {
-        "recipe": MainPpo(tmp_path_factory.mktemp("recipe") / "run", "--config-name", "cpu_demo", "isocompute.model=tiny"),
+    started = {"recipe": MainPpo(tmp_path_factory.mktemp("recipe") / "run", "--config-name", "cpu_demo", "isocompute.model=tiny")}
+    try:
+        started["recipe"].proc.wait(timeout=900)
+    except subprocess.TimeoutExpired:
+        pass  # result() reports it
+    started.update({
         "pieces": MainPpo(
             tmp_path_factory.mktemp("pieces") / "run", "+platform=cpu", "+isocompute=[estimator,lr_rule,run_log]",
             f"actor_rollout_ref.model.path={tiny_model_path}", f"data.train_files={train}", f"data.val_files={val}",
             "actor_rollout_ref.actor.ppo_mini_batch_size=8", "isocompute.lr.base_lr=1e-4",
         ),
-    }
+    })
     yield started
     for run in started.values():
         if run.proc.poll() is None:
