@@ -44,20 +44,29 @@ PHASES = [
 
 
 def calibrate(dtype: str, repeats: int) -> float:
-    """Median seconds of one forward+backward of SmolLM2 on 8 x 144 tokens with 2 threads."""
+    """Median seconds of one forward+backward of SmolLM2 on 8 x 144 tokens with 2 threads, on the trainer's
+    precision path: the CPU run stores the weights in ``dtype`` and computes in it (FSDP
+    ``mixed_precision.param_dtype``), under ``torch.autocast`` only when it is not fp32, as verl's FSDP engine
+    does (:func:`verl_isocompute.cpu.dtype.prepare_cpu_dtype`)."""
+    import contextlib
+
     import torch
     from transformers import AutoModelForCausalLM
 
     from verl_isocompute.cpu.models import ensure_model
 
     torch.set_num_threads(2)
-    model = AutoModelForCausalLM.from_pretrained(ensure_model("smollm2"), dtype=getattr(torch, dtype), attn_implementation="sdpa")
+    torch_dtype = getattr(torch, dtype)
+    model = AutoModelForCausalLM.from_pretrained(ensure_model("smollm2"), dtype=torch_dtype, attn_implementation="sdpa")
     model.train()
     ids = torch.randint(0, model.config.vocab_size, TOKENS, generator=torch.Generator().manual_seed(0))
+    autocast = contextlib.nullcontext() if dtype == "float32" else torch.autocast("cpu", dtype=torch_dtype)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        model(input_ids=ids, labels=ids).loss.backward()
+        with autocast:
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
         times.append(time.perf_counter() - t0)
         model.zero_grad(set_to_none=True)
     return statistics.median(times)

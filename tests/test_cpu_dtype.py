@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from verl_isocompute.cpu.dtype import DTYPE_TARGETS, choose_dtype, cpu_flags, prepare_cpu_dtype
+from verl_isocompute.cpu.dtype import COMPUTE_DTYPE_TARGETS, DTYPE_TARGETS, choose_dtype, cpu_flags, prepare_cpu_dtype
 
 AVX2_EPYC = frozenset({"fpu", "sse4_2", "avx", "avx2", "fma"})  # the issue's reference machine: no native bf16
 AVX512_BF16 = AVX2_EPYC | {"avx512f", "avx512bw", "avx512_bf16"}
@@ -75,7 +75,8 @@ def test_the_recipe_interpolation_gives_trainer_reference_and_rollout_one_dtype(
     cfg = _cfg("bfloat16")
     choice = prepare_cpu_dtype(cfg)
     assert [OmegaConf.select(cfg, k) for k in DTYPE_TARGETS] == ["bfloat16"] * 3 == [choice.dtype] * 3
-    assert capsys.readouterr().out.startswith("[isocompute] dtype: bfloat16 (requested")
+    out = capsys.readouterr().out
+    assert out.startswith("[isocompute] dtype: bfloat16 for the trainer's and the reference's weights and compute") and "(requested" in out
     cfg.isocompute.cpu.dtype = "float32"  # the interpolation follows the key
     assert [OmegaConf.select(cfg, k) for k in DTYPE_TARGETS] == ["float32"] * 3
 
@@ -96,3 +97,47 @@ def test_a_dtype_given_on_the_command_line_replaces_the_interpolation(capsys):
     cfg.actor_rollout_ref.rollout.dtype = "float32"
     with pytest.raises(ValueError, match="disagree"):
         prepare_cpu_dtype(cfg)
+
+
+def test_the_trainer_and_the_reference_compute_in_the_dtype_not_in_verls_bf16_default(capsys):
+    """verl's FSDP engine computes in ``mixed_precision.param_dtype`` (bf16 when the block is unset) whatever
+    ``fsdp_config.dtype`` says: a config without the block gets it, in the run's dtype."""
+    cfg = _cfg("float32")
+    prepare_cpu_dtype(cfg)
+    for key in COMPUTE_DTYPE_TARGETS:
+        assert OmegaConf.to_container(OmegaConf.select(cfg, key)) == {
+            "param_dtype": "float32", "reduce_dtype": "float32", "buffer_dtype": "float32"}
+    assert "(FSDP param_dtype, no autocast)" in capsys.readouterr().out
+    cfg = _cfg("bfloat16")
+    prepare_cpu_dtype(cfg)
+    assert [OmegaConf.select(cfg, f"{k}.param_dtype") for k in COMPUTE_DTYPE_TARGETS] == ["bfloat16"] * 2
+    assert "autocast bfloat16" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("given", [{"param_dtype": "bf16"}, {"reduce_dtype": "fp32"}, {"param_dtype": "fp16"}])
+def test_a_mixed_precision_that_computes_in_another_dtype_is_refused(given):
+    cfg = _cfg("float32")
+    cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision = given  # no param_dtype: verl's default, bf16
+    with pytest.raises(ValueError, match=r"actor\.fsdp_config\.mixed_precision\.param_dtype=(bf16|fp16) but the run's dtype is float32"):
+        prepare_cpu_dtype(cfg)
+
+
+def test_a_mixed_precision_in_the_dtype_is_kept_in_any_spelling():
+    cfg = _cfg("bfloat16")
+    cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision = {"param_dtype": "bf16", "reduce_dtype": "bf16"}
+    prepare_cpu_dtype(cfg)
+    assert OmegaConf.to_container(cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision) == {
+        "param_dtype": "bf16", "reduce_dtype": "bf16"}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_cpu_overlay_makes_param_dtype_follow_the_dtype(dtype, monkeypatch):
+    """The overlay writes param_dtype as ``${..dtype}``: a dtype given on the command line moves it too."""
+    from test_recipes import compose_recipe
+
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    given = [f"actor_rollout_ref.{k}.dtype={dtype}" for k in ("actor.fsdp_config", "ref.fsdp_config", "rollout")]
+    cfg = compose_recipe("isocompute_easy", ["+platform=cpu", *given])
+    for key in COMPUTE_DTYPE_TARGETS:
+        assert OmegaConf.select(cfg, f"{key}.param_dtype") == dtype
+    prepare_cpu_dtype(cfg)

@@ -139,6 +139,7 @@ def groups_run(tmp_path_factory, isocompute_cache, tiny_model_path) -> Run:
     return run_recipe(
         "isocompute_hard", run_dir, "+platform=cpu", PARITY_REWARD, "isocompute.zero_variance.mode=groups",
         "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+        "isocompute.cpu.dtype=bfloat16",  # the one bf16 run (the others run the overlay's fp32)
         "trainer.total_training_steps=2", "trainer.val_before_train=false", f"trainer.rollout_data_dir={run_dir}/rollouts",
     )
 
@@ -179,3 +180,28 @@ def test_decoupled_trains_on_n_train_and_charges_n_est(decoupled_run):
     assert header["header"]["lr_batch_rollouts"] == B_PROBLEM * 2
     assert header["header"]["lr"] == pytest.approx(1e-6 * math.sqrt(B_PROBLEM * 2 / 1024))
     assert [r["rollouts"] for r in rows] == [B_PROBLEM * N, 2 * B_PROBLEM * N]
+
+
+def _token_weight_range(run: Run) -> list[tuple[float, float]]:
+    """Per step, the smallest and largest per-token pi_trainer / pi_rollout (verl's rollout-correction
+    metrics, from the old-log-prob pass these runs recompute)."""
+    return [(r["data"]["rollout_corr/rollout_is_min"], r["data"]["rollout_corr/rollout_is_max"]) for r in run.train_rows]
+
+
+def test_a_float32_run_computes_the_rollouts_log_probs_exactly(decoupled_run):
+    """The overlay's fp32 governs the trainer's compute too (FSDP mixed precision): per-token weights within
+    1e-4 of 1 (measured 1e-6). With verl's default mixed precision the trainer would compute in bf16 and the
+    weights would spread as in the bf16 run below."""
+    for lo, hi in _token_weight_range(decoupled_run):
+        assert 1 - 1e-4 < lo <= hi < 1 + 1e-4, (lo, hi)
+    assert "[isocompute] dtype: float32 for the trainer's" in decoupled_run.stdout
+
+
+def test_a_bfloat16_run_computes_in_bfloat16(groups_run):
+    """``isocompute.cpu.dtype=bfloat16``: the trainer and the rollout both compute in bf16, in different
+    kernels (full-sequence forward vs batched decode), so their log-probs differ by bf16 rounding: per-token
+    weights ~0.97-1.03 on the tiny model (SmolLM2: gaps up to ~0.2, README), never the fp32 run's 1e-6."""
+    for lo, hi in _token_weight_range(groups_run):
+        assert hi - lo > 1e-3, (lo, hi)  # rounding visible: it did not silently run in fp32
+        assert 0.8 < lo <= hi < 1.25, (lo, hi)
+    assert "[isocompute] dtype: bfloat16 for the trainer's" in groups_run.stdout

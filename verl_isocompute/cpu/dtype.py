@@ -6,7 +6,8 @@ such a CPU). Everywhere else torch *emulates* bf16 arithmetic: on a 2-core AVX2 
 of SmolLM2-135M on 8 x 144 tokens took 9.6 s in fp32 and 257 s in bf16, 27x slower (issue 9 §3). So the
 default, ``auto``, picks bf16 only when a native-bf16 CPU flag is present and fp32 otherwise; ``float32``
 or ``bfloat16`` force a choice. :func:`choose_dtype` is the pure decision; :func:`prepare_cpu_dtype`
-writes it into the trainer's, the reference's and the rollout's dtype before verl starts.
+makes it the dtype the trainer and the reference store *and compute* in (FSDP mixed precision) and the
+rollout's, before verl starts.
 
 ``torch.backends.cpu.get_cpu_capability()`` names the widest vector ISA torch dispatches to ("AVX2",
 "AVX512", ...) but not bf16 support (an AVX512 CPU may lack ``avx512_bf16``), so the flags are read from
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 DTYPE_KEY = "isocompute.cpu.dtype"
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
@@ -30,6 +31,11 @@ DTYPE_TARGETS = (
     "actor_rollout_ref.actor.fsdp_config.dtype",
     "actor_rollout_ref.ref.fsdp_config.dtype",
     "actor_rollout_ref.rollout.dtype",
+)
+# The FSDP mixed-precision blocks whose ``param_dtype`` is the dtype the trainer and the reference compute in.
+COMPUTE_DTYPE_TARGETS = (
+    "actor_rollout_ref.actor.fsdp_config.mixed_precision",
+    "actor_rollout_ref.ref.fsdp_config.mixed_precision",
 )
 
 
@@ -86,11 +92,18 @@ def detect_dtype(requested: str = "auto") -> DtypeChoice:
 
 
 def prepare_cpu_dtype(cfg: DictConfig) -> DtypeChoice:
-    """Print the dtype a CPU run uses and why (a CPU run only).
+    """Make one dtype govern everything a CPU run computes, and print it with the reason (a CPU run only).
 
     The recipes write the three dtypes as ``${isocompute.cpu_dtype:}`` (the resolver applies
     :func:`choose_dtype` to ``isocompute.cpu.dtype``), so a dtype set on the command line simply replaces
     it, as with verl's own entry point; the three must then still agree.
+
+    ``fsdp_config.dtype`` is only the dtype the weights are *stored* in: verl's FSDP engine computes in
+    ``fsdp_config.mixed_precision.param_dtype`` (FSDP2's MixedPrecisionPolicy casts the weights to it, and
+    every forward runs under ``torch.autocast`` to it unless it is fp32), and with ``mixed_precision`` unset
+    that is bf16. A "float32" run would then train in (emulated, on AVX2: ~20x slower) bf16 while the
+    rollout samples in fp32, and the two disagree on every log-prob. So ``param_dtype`` must equal the dtype
+    too: the CPU overlay sets it by interpolation, and a config without it gets it here.
     """
     requested = OmegaConf.select(cfg, DTYPE_KEY, default="auto") or "auto"
     choice = detect_dtype(requested)
@@ -104,5 +117,35 @@ def prepare_cpu_dtype(cfg: DictConfig) -> DtypeChoice:
     if given:
         choice = DtypeChoice(next(iter(given.values())),
                              f"set in the config or on the command line; {DTYPE_KEY}={requested} would give {choice.dtype}")
-    print(f"[isocompute] dtype: {choice.dtype} ({choice.reason}; {DTYPE_KEY}=float32|bfloat16 overrides)", flush=True)
+    for key in COMPUTE_DTYPE_TARGETS:
+        _govern_compute_dtype(cfg, key, choice.dtype)
+    autocast = "no autocast" if choice.dtype == "float32" else f"autocast {choice.dtype}"
+    print(f"[isocompute] dtype: {choice.dtype} for the trainer's and the reference's weights and compute "
+          f"(FSDP param_dtype, {autocast}) and the rollout ({choice.reason}; {DTYPE_KEY}=float32|bfloat16 overrides)",
+          flush=True)
     return choice
+
+
+def _canonical(dtype) -> str | None:
+    """verl's spellings of a dtype (``fp32``, ``bf16``, ``float32``, ...) as ``float32`` / ``bfloat16``."""
+    text = str(dtype).strip().lower().removeprefix("torch.")
+    return {"fp32": "float32", "32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
+            "fp16": "float16", "16": "float16", "float16": "float16"}.get(text)
+
+
+def _govern_compute_dtype(cfg: DictConfig, key: str, dtype: str) -> None:
+    """``key`` (an FSDP ``mixed_precision`` block) computes in ``dtype``: filled in when absent, refused when
+    it names another dtype."""
+    block = OmegaConf.select(cfg, key)
+    if block is None:
+        with open_dict(cfg):
+            OmegaConf.update(cfg, key, {"param_dtype": dtype, "reduce_dtype": "float32", "buffer_dtype": "float32"},
+                             force_add=True)
+        return
+    param_dtype = block.get("param_dtype", "bf16")  # verl's default when the key is missing
+    if _canonical(param_dtype) != dtype:
+        raise ValueError(
+            f"{key}.param_dtype={param_dtype} but the run's dtype is {dtype}: the trainer would compute in "
+            f"{param_dtype} while the rollout samples in {dtype}; drop the mixed_precision override or set "
+            f"{key}.param_dtype={dtype}"
+        )
