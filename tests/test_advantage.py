@@ -166,3 +166,51 @@ def test_decoupled_without_n_train_names_the_setting():
     rewards, mask, index, _ = make_batch(3, 4, seed=0)
     with pytest.raises(ValueError, match=r"isocompute\.decoupled\.n_train.*trainer_mode=isocompute"):
         advantage.compute_isocompute_grpo_decoupled(rewards, mask, index)
+
+
+def _sessions_batch(keys, scores, T=3):
+    """verl's v1 rows for TransferQueue ``keys`` ``{uid}_{session}_{output}``: the prompt uid per row, the
+    score on the last response token (verl copies a session's final score to its earlier outputs)."""
+    from verl import DataProto
+
+    rewards = torch.zeros(len(keys), T)
+    rewards[:, -1] = torch.tensor(scores, dtype=torch.float32)
+    uids = np.array([key.rsplit("_", 2)[0] for key in keys], dtype=object)
+    return DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": torch.ones(len(keys), T),
+                                        "token_level_scores": rewards.clone()}, non_tensors={"uid": uids})
+
+
+def test_several_outputs_per_session_are_refused_where_verls_grpo_takes_the_final_output():
+    """verl's v1 trainer keys each output of a session ``{uid}_{session}_{output}``, and its ``grpo`` (only that
+    estimator) baselines on each session's final output; ours would count every output as a group member.
+    The isocompute trainer refuses such a step before verl's advantage step, naming a session."""
+    from types import SimpleNamespace
+
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    from verl_isocompute.training.masks import multi_output_sessions
+    from verl_isocompute.training.trainer import IsoComputeTrainer
+
+    one_each = ["a_0_0", "a_1_0", "a_2_0", "b_0_0", "b_1_0", "b_2_0", "pad-uid_0_0", "pad-uid_1_0"]
+    several = ["a_0_0", "a_1_0", "a_1_1", "a_1_2", "a_2_0", "b_0_0", "b_1_0", "b_2_0"]
+    scores = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0]
+
+    def verl_grpo(keys):
+        data = compute_advantage_for_multi_trajectories(_sessions_batch(keys, scores[: len(keys)]), keys, "grpo", num_repeat=3)
+        return data.batch["advantages"]
+
+    def ours(keys):
+        batch = _sessions_batch(keys, scores[: len(keys)])
+        return advantage.compute_isocompute_grpo(batch.batch["token_level_rewards"], batch.batch["response_mask"],
+                                                 batch.non_tensor_batch["uid"], norm_adv_by_std_in_grpo=True)[0]
+
+    # one output per session: every row is a group member, for verl's grpo as for ours (groups of 3 here)
+    assert multi_output_sessions(one_each) == []
+    torch.testing.assert_close(ours(one_each[:6]), verl_grpo(one_each[:6]))
+    # session a_1 returned three outputs: verl's group a is {a_0, a_1 (final), a_2}; ours would have 5 members
+    assert multi_output_sessions(several) == ["a_1"]
+    assert not torch.allclose(ours(several), verl_grpo(several))
+    stand_in = SimpleNamespace(global_steps=3)
+    batch = SimpleNamespace(keys=several, tags=[{}] * len(several), partition_id="train")
+    with pytest.raises(ValueError, match=r"^step 3: 1 rollout session\(s\) returned several outputs \(e.g. a_1_0 and a_1_1"):
+        IsoComputeTrainer._compute_advantage(stand_in, batch, {})

@@ -98,7 +98,7 @@ def test_missing_or_bad_traces_file_is_one_clear_error(tmp_path):
     with pytest.raises(T.TracesError, match=r"traces.jsonl.gz not found: run `isocompute curate --keep-correct --out"):
         T.read_traces(tmp_path)
     (tmp_path / T.TRACES_FILE).write_text("not gzip")
-    with pytest.raises(T.TracesError, match="not a traces file"):
+    with pytest.raises(T.TracesError, match="not a gzip file"):
         T.read_traces(tmp_path)
 
 

@@ -121,3 +121,23 @@ def test_single_turn_loop_builds_its_prompt_through_one_overridable_method():
     run = _source(SingleTurnAgentLoop.run)
     assert "self.ct_build_initial_tokens(" in run and "ct_merge_assistant_token(" in run
     assert "prompt_ids = merge_result.token_ids[: len(merge_result.token_ids) - len(response_mask)]" in run
+
+
+def test_verls_estimators_are_the_ones_our_config_check_knows():
+    # training.config.check_estimator knows verl's names without importing verl (a sweep's dry run)
+    from verl.trainer.ppo import core_algos
+
+    from verl_isocompute.training.config import VERL_ESTIMATORS
+    from verl_isocompute.training.names import ESTIMATORS
+
+    assert set(core_algos.ADV_ESTIMATOR_REGISTRY) - set(ESTIMATORS) == set(VERL_ESTIMATORS)
+
+
+def test_v1_keys_each_output_of_a_session_and_grpo_alone_takes_the_final_one():
+    # training.masks.multi_output_sessions reads these keys; the trainer refuses what verl's grpo would treat apart
+    from verl.trainer.ppo.v1 import utils
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+
+    assert 'keys.append(f"{uid}_{session_id}_{i}")' in _source(AgentLoopWorkerTQ._agent_loop_postprocess)
+    src = _source(utils.compute_advantage_for_multi_trajectories)
+    assert 'key.rsplit("_", 2)' in src and "adv_estimator != core_algos.AdvantageEstimator.GRPO" in src

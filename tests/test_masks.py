@@ -27,7 +27,8 @@ def test_imports_neither_torch_nor_verl():
 def test_accuracy_prefers_the_rewards_acc_over_a_shaped_score():
     extra = [{"reward_extra_info": {"acc": True}}, {"reward_extra_info": {"acc": 0}}, {"reward_extra_info": {"acc": None}},
              {}, None]
-    assert masks.accuracy(extra, [0.1, 1.2, 0.5, 0.0, 2.0]).tolist() == [1.0, 0.0, 1.0, 0.0, 1.0]
+    # without acc the score decides, > 0.5 (training.metrics.is_correct): 0.5 is not correct
+    assert masks.accuracy(extra, [0.1, 1.2, 0.5, 0.0, 2.0]).tolist() == [1.0, 0.0, 0.0, 0.0, 1.0]
 
 
 def test_group_has_variance_uses_accuracy_and_ignores_padding():

@@ -173,3 +173,28 @@ def test_failed_validation_samples_count_as_wrong():
     # without verl's counts: every problem that came back was asked for default_n samples
     records, failed = metrics.validation_records(["p1", "p1"], ["d", "d"], [1, 0], default_n=4)
     assert failed == 2 and metrics.validation_metrics(records, k=4)["val/avg@4"] == 0.25
+
+
+# --- one verdict of "correct" ---------------------------------------------------------------------------
+
+# A reward that is not 0/1: a format bonus of 0.1 for a well-formed wrong answer, 1.1 for a right one (no
+# `acc`), as a bare number and as a dict; +-1 and 0/1 with and without `acc`.
+SHAPED = [0.0, 0.1, 0.5, 0.6, 1.0, 1.1, -1.0, {"score": 0.1}, {"score": 1.1, "pred": "7"},
+          {"score": 1.0, "acc": False}, {"score": -1.0, "acc": True}, {"score": 0.1, "acc": None}]
+
+
+@pytest.mark.parametrize("result", SHAPED, ids=[str(r) for r in SHAPED])
+def test_curation_training_and_validation_call_the_same_samples_correct(result):
+    """Curation (difficulty sets: workflow.rollouts.correct) and training (zero-variance masks and training
+    accuracy: training.masks.accuracy, which verl hands the reward's dict keys as reward_extra_info; the
+    trainer's validation uses is_correct directly) give one verdict for any reward."""
+    from verl_isocompute.training.masks import accuracy
+    from verl_isocompute.workflow.rollouts import correct
+
+    score = result["score"] if isinstance(result, dict) else result
+    extra = {"reward_extra_info": {k: v for k, v in result.items() if k != "score"}} if isinstance(result, dict) else {}
+    curated = correct(result)[0]
+    trained = bool(accuracy([extra], [score])[0])
+    assert curated == trained == metrics.is_correct(score, extra.get("reward_extra_info", {}).get("acc"))
+    if not isinstance(result, dict) or result.get("acc") is None:
+        assert curated == (score > 0.5)  # the format bonus 0.1 is not a correct answer, 1.1 is

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from verl_isocompute import runlog
+from verl_isocompute.jsonl import JsonlError
 from verl_isocompute.runlog import (
     RUN_LOG,
     RunLogError,
@@ -58,7 +59,7 @@ def test_reader_accepts_a_byte_order_mark_and_names_non_objects(tmp_path):
     path.write_text(json.dumps(_row(1)) + "\n[1, 2]\n")
     with pytest.raises(RunLogError, match="line 2: expected a JSON object"):
         read_run_log(path)
-    with pytest.raises(RunLogError, match="not a regular file"):
+    with pytest.raises(JsonlError, match="not a regular file"):
         read_jsonl(tmp_path)
 
 

@@ -3,13 +3,16 @@
 Every result file of the package (curve.json and the fit's tables, sweep state, curated sets, run-log
 rewrites on resume, converted models) is written to a temporary file in the *same directory* and moved
 over the target with ``os.replace``, which is atomic on POSIX within one filesystem. On an error the
-temporary file is removed and the previous target is left exactly as it was. Pure standard library.
+temporary file is removed and the previous target is left exactly as it was. A result gets the permissions
+a new file gets from a plain write (0666 less the umask), so on shared storage the team reads what one
+member wrote. Pure standard library.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -29,15 +32,27 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = _new_file(path)
     try:
         yield tmp
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _new_file(path: Path) -> Path:
+    """An empty, new temporary file next to ``path`` with the permissions a new file gets from a plain
+    write, 0666 less the umask (the kernel applies the umask to ``os.open``'s mode). ``tempfile.mkstemp``
+    would make every result 0600, unreadable to the rest of a team on shared storage."""
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(f"no free temporary name next to {path}")
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:

@@ -21,30 +21,22 @@ Every run of our recipes writes ``<run dir>/isocompute.jsonl``: JSON lines, one 
   the other column (a run without it, e.g. an unguided baseline, counts its ``rollouts``).
 
 The writer (:class:`RunLogWriter`) appends a line per step and, when a run resumes from a checkpoint,
-atomically rewrites the file without the rows past the resumed step. The reader (:func:`read_jsonl`,
-:func:`read_run_log`) is tolerant of exactly one kind of damage, a last line cut short by a kill, and
-reports any other bad line by file and line number. Pure standard library (and orjson, verl's JSON
-library, to parse faster when it is there): nothing here imports verl, torch, numpy or pandas (values with ``.tolist()``, e.g. numpy or torch scalars, are written as plain
-numbers).
+atomically rewrites the file without the rows past the resumed step. Reading and appending follow the
+package's one JSON-lines policy (:mod:`verl_isocompute.jsonl`): a last line cut short by a kill is skipped
+and reported, any other bad line is an error naming file and line. Pure standard library: nothing here
+imports verl, torch, numpy or pandas (values with ``.tolist()``, e.g. numpy or torch scalars, are written
+as plain numbers).
 """
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verl_isocompute import atomic
-
-try:  # verl's file logger writes with orjson, so it comes with verl; plain json does the same, slower
-    import orjson
-
-    _LOADS = (orjson.loads, json.loads)
-except ImportError:  # pragma: no cover
-    _LOADS = (json.loads,)
+# the run log is a JSON-lines file: its readers may take the reader, its record type and dumps from here
+from verl_isocompute.jsonl import JsonlAppender, JsonlError, JsonlFile, dumps, read_jsonl, write_jsonl  # noqa: F401
 
 RUN_LOG = "isocompute.jsonl"
 # What else a run directory of ours holds (written by verl, named by us).
@@ -58,56 +50,8 @@ GUIDANCE_SPEND = "guidance_spend"
 WITH_GUIDANCE = {"rollouts": "rollouts_with_guidance", "tokens": "tokens_with_guidance"}
 
 
-class RunLogError(ValueError):
+class RunLogError(JsonlError):
     """A run log that cannot be read as one; the message names the file and line."""
-
-
-@dataclass
-class JsonlFile:
-    """The objects of a JSON-lines file with their 1-based line numbers."""
-
-    path: Path
-    objects: list[tuple[int, Any]] = field(default_factory=list)
-    cut_last_line: bool = False  # the last line was not valid JSON (a write cut short by a kill)
-    lines: list[str] = field(default_factory=list)  # the non-blank raw lines, for readers that scan text
-
-
-def read_jsonl(path: str | os.PathLike) -> JsonlFile:
-    """Read a JSON-lines file; a cut last line is skipped (and noted), any other bad line is an error.
-
-    Blank lines are ignored; a UTF-8 byte-order mark is accepted.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise RunLogError(f"{path}: not a regular file")
-    text = path.read_bytes().decode("utf-8-sig", errors="replace")
-    lines = text.splitlines()
-    numbers: Sequence[int] = range(1, len(lines) + 1)
-    if not all(map(str.strip, lines)):  # drop blank lines (the usual file has none: no per-line work then)
-        numbers = [no for no, line in zip(numbers, lines) if line.strip()]
-        lines = [line for line in lines if line.strip()]
-    result = JsonlFile(path, lines=lines)
-    whole = "[" + ",".join(lines) + "]"
-    # One parse for the whole file, by orjson when it can (4x faster than json on a big sweep's logs);
-    # json's own parse for what orjson refuses but json reads (NaN and Infinity literals, which json.dumps
-    # writes; lone surrogates); line by line only to find what is wrong. (orjson reads an integer past
-    # 64 bits as a float, json as an int: no run log has one.)
-    for loads in _LOADS:
-        try:
-            values = loads(whole)
-        except ValueError:  # orjson.JSONDecodeError is a ValueError too
-            continue
-        result.objects = list(zip(numbers, values))
-        return result
-    for i, (no, line) in enumerate(zip(numbers, lines)):
-        try:
-            result.objects.append((no, json.loads(line)))
-        except ValueError:
-            if i == len(lines) - 1:
-                result.cut_last_line = True
-                continue
-            raise RunLogError(f"{path}, line {no}: not valid JSON; fix or remove that line") from None
-    return result
 
 
 @dataclass
@@ -124,14 +68,17 @@ class RunLog:
         return [int(r["step"]) for _, r in self.rows if isinstance(r.get("step"), (int, float)) and r["step"] > 0]
 
 
-def read_run_log(path: str | os.PathLike) -> RunLog:
-    """Read ``isocompute.jsonl`` (tolerant of a cut last line); :class:`RunLogError` names a bad line."""
-    jsonl = read_jsonl(path)
+def read_run_log(path: str | os.PathLike, report: bool = True) -> RunLog:
+    """Read ``isocompute.jsonl`` (a cut last line is skipped, and reported unless ``report`` is False);
+    :class:`RunLogError` names a bad line."""
+    try:
+        jsonl = read_jsonl(path, report=report)
+        jsonl.dicts()
+    except JsonlError as exc:
+        raise RunLogError(str(exc)) from None
     header: dict[str, Any] = {}
     rows: list[tuple[int, dict[str, Any]]] = []
     for no, obj in jsonl.objects:
-        if not isinstance(obj, dict):
-            raise RunLogError(f"{jsonl.path}, line {no}: expected a JSON object, got {type(obj).__name__}")
         if HEADER in obj:
             header = obj[HEADER] if isinstance(obj[HEADER], dict) else {}
         else:
@@ -144,27 +91,16 @@ def logged_steps(run_dir: str | os.PathLike) -> list[int]:
     run_dir = Path(run_dir)
     try:
         if (run_dir / RUN_LOG).is_file():
-            return read_run_log(run_dir / RUN_LOG).steps()
+            return read_run_log(run_dir / RUN_LOG, report=False).steps()  # a running job's log: its last line may be in flight
         if (run_dir / VERL_METRICS).is_file():
             # verl logs validation before training as step 0; training steps carry timing_s/step
             return [
-                int(obj["step"]) for _, obj in read_jsonl(run_dir / VERL_METRICS).objects
+                int(obj["step"]) for _, obj in read_jsonl(run_dir / VERL_METRICS, report=False).objects
                 if isinstance(obj, dict) and "timing_s/step" in (obj.get("data") or {})
             ]
-    except RunLogError:
+    except JsonlError:
         return []
     return []
-
-
-def _plain(obj: Any) -> Any:
-    if hasattr(obj, "tolist"):  # numpy / torch scalars and arrays
-        return obj.tolist()
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
-
-
-def dumps(obj: dict[str, Any]) -> str:
-    """One run-log line (no newline)."""
-    return json.dumps(obj, default=_plain)
 
 
 def check_row(row: dict[str, Any]) -> None:
@@ -196,9 +132,8 @@ class RunLogWriter:
         self._append(row)
 
     def _append(self, obj: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as fh:
-            fh.write(dumps(obj) + "\n")
+        with JsonlAppender(self.path) as out:
+            out.append(obj)
 
     def resume(self, step: int) -> dict[str, Any] | None:
         """Keep the header and the rows up to ``step`` (later ones will be produced again); return the
@@ -208,8 +143,7 @@ class RunLogWriter:
         log = self.read()
         kept = [r for _, r in log.rows if r.get("step", 0) <= step]
         if len(kept) != len(log.rows) or log.cut_last_line:
-            lines = ([dumps({HEADER: log.header})] if log.header else []) + [dumps(r) for r in kept]
-            atomic.write_text(self.path, "".join(line + "\n" for line in lines))
+            write_jsonl(self.path, ([{HEADER: log.header}] if log.header else []) + kept)
         last = next((r for r in reversed(kept) if "rollouts" in r), None)
         return last if step > 0 else None
 
@@ -218,6 +152,4 @@ def write_run_log(run_dir: str | os.PathLike, header: dict[str, Any], rows: list
     """Write a whole run log at once, atomically (synthetic sweeps, tests, converters)."""
     for row in rows:
         check_row(row)
-    path = Path(run_dir) / RUN_LOG
-    atomic.write_text(path, "".join(dumps(obj) + "\n" for obj in [{HEADER: header}, *rows]))
-    return path
+    return write_jsonl(Path(run_dir) / RUN_LOG, [{HEADER: header}, *rows])

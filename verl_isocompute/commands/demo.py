@@ -19,7 +19,7 @@ from verl_isocompute.runlog import (
     CONSOLE_LOG,
     RUN_LOG,
     VERL_METRICS,
-    RunLogError,
+    JsonlError,
     read_jsonl,
 )
 from verl_isocompute.training import progress
@@ -41,8 +41,8 @@ def add_arguments(parser) -> None:
 def _metric_rows(path: Path) -> list[dict]:
     """The JSON lines written so far (a line being written right now is skipped)."""
     try:
-        return [obj for _, obj in read_jsonl(path).objects if isinstance(obj, dict)]
-    except RunLogError:
+        return [obj for _, obj in read_jsonl(path, report=False).objects if isinstance(obj, dict)]
+    except JsonlError:
         return []
 
 

@@ -77,7 +77,10 @@ def run(args: argparse.Namespace) -> int:
         _error(str(exc))
         return 2
     except OSError as exc:
-        _error(f"cannot write to {args.out}: {exc}; previous outputs are untouched")
+        if exc.filename and not _inside(exc.filename, args.out):  # an input, read where records.py does not look
+            _error(f"cannot read {exc.filename}: {exc.strerror or exc}; nothing was written")
+        else:
+            _error(f"cannot write to {args.out}: {exc}; previous outputs are untouched")
         return 2
     result, written = outcome.result, outcome.written
 
@@ -121,6 +124,10 @@ def _command(args: argparse.Namespace) -> str | None:
     if Path(sys.argv[0]).name == "isocompute":
         return shlex.join(["isocompute", *sys.argv[1:]])
     return None
+
+
+def _inside(path: str, folder: Path) -> bool:
+    return Path(path).absolute().is_relative_to(folder.absolute())
 
 
 def _error(message: str) -> None:

@@ -22,7 +22,9 @@ PROG = "isocompute sweep"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plan", required=True, type=Path, metavar="PLAN.yaml", help="the sweep plan")
-    parser.add_argument("--dry-run", action="store_true", help="print the cells, steps and total rollouts; run nothing")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the plan and every cell's config as the run does before Ray starts, print the cells, "
+                             "steps and total rollouts; run nothing")
     parser.add_argument("--ray-address", default=None, metavar="URL",
                         help="submit cells as Ray jobs to this cluster's dashboard (e.g. http://127.0.0.1:8265); "
                              "default: the plan's ray.address, else run locally")

@@ -12,7 +12,8 @@ Files in the curation's output directory (written by :mod:`verl_isocompute.workf
   "token_ids"}`` (``stage`` is ``curation`` for round 0, the first k samples, or ``rejection_sampling``;
   ``text`` is the decoded ``token_ids``, special tokens skipped, exactly what the reward scored). Gzip,
   appended and flushed as each problem (or round) finishes; a kill leaves an unfinished gzip stream, whose
-  complete lines are read back and rewritten (:class:`TraceWriter`) before anything is appended.
+  complete lines are read back and rewritten (:class:`TraceWriter`) before anything is appended. Read and
+  written with the package's one JSON-lines policy (:mod:`verl_isocompute.jsonl`).
 - ``rejection.jsonl``: one record per rejection round of one problem (same fields as the sample cache's
   records, ``k`` = the round's samples, plus ``round``); the curation cache ``samples.jsonl`` keeps the
   first k only, so avg@k and the splits never see rejection samples.
@@ -20,20 +21,17 @@ Files in the curation's output directory (written by :mod:`verl_isocompute.workf
 A trace line is written right *after* its record, so a record never lacks a trace except for an
 interruption between the two writes (the report counts such problems); nothing is ever written twice.
 
-Pure standard library (gzip, json).
+Pure standard library.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
-import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from verl_isocompute import atomic
+from verl_isocompute.jsonl import JsonlAppender, JsonlError, read_jsonl, write_jsonl
 
 TRACES_FILE = "traces.jsonl.gz"
 REJECTION_FILE = "rejection.jsonl"
@@ -50,63 +48,31 @@ def traces_path(where: str | os.PathLike) -> Path:
     return where if where.name.endswith(".gz") else where / TRACES_FILE
 
 
-def _read_lines(path: Path) -> tuple[list[dict[str, Any]], bool]:
-    """The complete JSON lines of a (possibly cut) gzip file, and whether the file ended cleanly."""
-    out: list[dict[str, Any]] = []
-    clean = True
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as handle:
-            for line in handle:
-                if not line.endswith("\n"):  # the last line of a stream cut by a kill
-                    clean = False
-                    break
-                out.append(json.loads(line))
-    except (EOFError, zlib.error):  # a stream without its end marker: keep the lines read so far
-        clean = False
-    except (gzip.BadGzipFile, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TracesError(f"{path}: not a traces file ({exc}); rerun `isocompute curate --keep-correct` "
-                          "into that directory (with --restart to start over)") from None
-    return out, clean
-
-
 def read_traces(where: str | os.PathLike) -> list[dict[str, Any]]:
-    """Every trace line of ``where`` (a curation directory or the file), in the order written."""
+    """Every trace line of ``where`` (a curation directory or the file), in the order written (a last line
+    cut by a kill is skipped and reported; any other bad line is an error naming it: :mod:`verl_isocompute.jsonl`)."""
     path = traces_path(where)
     if not path.is_file():
         raise TracesError(f"{path} not found: run `isocompute curate --keep-correct --out {path.parent}` first "
                           "(it keeps the base model's correct responses there)")
-    return _read_lines(path)[0]
+    try:
+        return read_jsonl(path).dicts()
+    except JsonlError as exc:
+        raise TracesError(f"{exc}; rerun `isocompute curate --keep-correct` into that directory "
+                          "(with --restart to start over)") from None
 
 
-class TraceWriter:
+class TraceWriter(JsonlAppender):
     """Appends trace lines to ``traces.jsonl.gz`` (created at once: its presence says the correct responses
     were kept, even if none was correct yet); a file cut by a kill is first rewritten from its complete lines."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        if path.is_file():
-            lines, clean = _read_lines(path)
-            if not clean:  # appending a gzip member after an unfinished one would make the file unreadable
-                with atomic.replacing(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as handle:
-                    handle.writelines(json.dumps(line) + "\n" for line in lines)
-        else:  # an empty gzip file
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic.write_bytes(path, gzip.compress(b""))
-        self._file = None  # opened at the first line: a run with nothing to add leaves the file as it was
+        super().__init__(path)
+        if not path.is_file():  # an empty gzip file
+            write_jsonl(path, [])
 
     def write(self, lines: Iterable[dict[str, Any]]) -> None:
-        lines = list(lines)
-        if not lines:
-            return
-        if self._file is None:
-            self._file = gzip.open(self.path, "at", encoding="utf-8")  # noqa: SIM115 -- open while curation runs
-        self._file.writelines(json.dumps(line) + "\n" for line in lines)
-        self._file.flush()  # a sync flush: everything written so far is readable after a kill
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self.append(*lines)
 
 
 def trace_lines(problem_id: str, round_: int, kept: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from verl_isocompute.scaling.curve import PRESET_PREFIX, Curve, CurveError
+from verl_isocompute.scaling.curve import PRESET_PREFIX, REWARD_CURVES_KEY, Curve, reward_curve_entries
 from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.scaling.fit import (
     FrontierFit,
@@ -53,7 +53,6 @@ from verl_isocompute.scaling.fit import (
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-REWARD_CURVES_KEY = "reward_curves"
 FORM = "R0 + (A - R0) / (1 + (C_mid / C)^beta)"
 COMPARE_JSON, COMPARE_CSV, COMPARE_PNG = "compare.json", "compare.csv", "compare.png"
 COMPARE_DPI = 100  # an overview of two panels: 1200 x 500 pixels
@@ -154,37 +153,10 @@ def reward_curves_from(curve: Curve, source: str, budget: float | None = None) -
             f"{source}: {what}: it says which n is compute-optimal{at}, not what another n costs; --compare needs "
             "the per-n reward curves that `isocompute fit` (0.2.0+) stores in curve.json: fit your sweep and pass that file"
         )
-    fix = f"rewrite the file with `isocompute fit` (its '{REWARD_CURVES_KEY}' field)"
-    entries = field.get("curves") if isinstance(field, dict) else None
-    if not isinstance(entries, list) or not entries:
-        raise CurveError(f"{source}: {REWARD_CURVES_KEY} must be an object with a non-empty list 'curves'; {fix}")
-    out = []
-    for i, entry in enumerate(entries):
-        try:
-            lo, hi = (float(c) for c in entry["c_range"])
-            rc = RewardCurve(
-                n=int(entry["n"]),
-                b_problem=None if entry.get("b_problem") is None else int(entry["b_problem"]),
-                curve=SaturatingCurve(*(float(entry[k]) for k in ("R0", "A", "C_mid", "beta"))),
-                c_range=(lo, hi),
-                runs=int(entry.get("runs", 1)),
-            )
-        except (KeyError, TypeError, ValueError):
-            raise CurveError(
-                f"{source}: {REWARD_CURVES_KEY}.curves[{i}] needs n, R0, A, C_mid, beta and c_range [C_min, C_max]; {fix}"
-            ) from None
-        values = (rc.curve.R0, rc.curve.A, rc.curve.C_mid, rc.curve.beta, lo, hi)
-        if (
-            rc.n < 1
-            or not all(map(math.isfinite, values))
-            or not (0 < lo <= hi and rc.curve.C_mid > 0 and rc.curve.beta > 0)
-        ):
-            raise CurveError(
-                f"{source}: {REWARD_CURVES_KEY}.curves[{i}] (n={rc.n}) needs n >= 1, finite values, C_mid > 0, beta > 0 "
-                f"and 0 < C_min <= C_max; {fix}"
-            )
-        out.append(rc)
-    return out
+    return [
+        RewardCurve(e["n"], e["b_problem"], SaturatingCurve(e["R0"], e["A"], e["C_mid"], e["beta"]), e["c_range"], e["runs"])
+        for e in reward_curve_entries(field, curve.metric, source)
+    ]
 
 
 def select(curves: Sequence[RewardCurve], spec: str | None) -> list[RewardCurve]:

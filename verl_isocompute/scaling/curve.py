@@ -12,9 +12,9 @@ Curve file (``curve.json``) contract: ``L``, ``k``, ``log10_C0``, ``b`` (numbers
 (``rollouts`` | ``tokens``), ``metric`` (a string), ``c_range`` ([C_min, C_max] it was fitted on, or
 null), ``n_grid`` (the n values of the runs, positive integers), ``provenance`` (a JSON object: source,
 fit date, runs, ...). Optional extra keys are kept on load (``extra``); ``isocompute fit`` adds
-``reward_curves`` (the per-n reward curves and their C ranges, read and checked by
-:mod:`verl_isocompute.scaling.compare` for ``allocate --compare``). Paper presets ship as
-``presets/<name>.json`` and are addressed as ``paper:<name>``.
+``reward_curves`` (the per-n reward curves and their C ranges, used by :mod:`verl_isocompute.scaling.compare`
+for ``allocate --compare``), checked here with the rest of the file (:func:`reward_curve_entries`). Paper
+presets ship as ``presets/<name>.json`` and are addressed as ``paper:<name>``.
 
 A curve users allocate GPU-months from must never be silently misread, so a file is checked field by
 field (JSON ``true`` or ``"6.0"`` is not a number) and its parameters must describe a usable curve:
@@ -29,6 +29,10 @@ field (JSON ``true`` or ``"6.0"`` is not a number) and its parameters must descr
 - ``-1 <= log10_C0 <= 21``: the switch lies within a decade of [1, 1e20] rollouts or tokens (``isocompute
   fit`` places C0 at most a decade outside the compute it saw; the paper's: 10^5.84 rollouts, 10^9.18 tokens).
 - ``c_range``: two numbers with 0 < C_min < C_max.
+- ``reward_curves.curves``: each fixed n's R_n(C) = R0 + (A - R0) / (1 + (C_mid / C)^beta) as the fit writes
+  it: n (and b_problem, when given) a positive integer, one curve per n (per (n, b_problem) when the fit
+  grouped by both, ``group_by: "n,b_problem"``), C_mid > 0, beta > 0, R0 <= A (a fitted curve never falls), both inside the metric's
+  range when it has one ([0, 1] for a share of samples, :func:`metric_range`), and 0 < C_min <= C_max.
 
 When a fit into a directory finds no curve, ``isocompute fit`` renames the directory's older
 ``curve.json`` to ``curve.stale.json``; :func:`load_curve` of that ``curve.json`` then names the stale file
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -62,6 +67,11 @@ LOG2_N_FLOOR_MIN = -3.0
 LOG2_N_CEILING_MAX = 30.0
 LOG10_C0_RANGE = (-1.0, 21.0)
 _FIX = "correct it in the file or rewrite the file with `isocompute fit`"
+# The optional per-n reward curves of a curve file (written by scaling.compare.reward_curves_field).
+REWARD_CURVES_KEY = "reward_curves"
+# Metrics that are shares of samples, hence in [0, 1]: avg/best/worst@k (ours, overall or per data source)
+# and verl's per-source accuracy (val-core/<source>/acc/mean@k).
+_SHARE_METRICS = re.compile(r"^val/(avg|best|worst)@\d+(/.*)?$|(^|/)acc(/|$)")
 
 
 class CurveError(ValueError):
@@ -76,6 +86,55 @@ def _is_real(value: Any) -> bool:
 def _is_count(value: Any) -> bool:
     """A positive integer (an integral float such as 8.0 counts)."""
     return _is_real(value) and float(value).is_integer() and value >= 1
+
+
+def metric_range(metric: str) -> tuple[float, float] | None:
+    """The range a metric's values must lie in: [0, 1] for a share of samples, None when not known."""
+    return (0.0, 1.0) if _SHARE_METRICS.search(metric) else None
+
+
+def reward_curve_entries(field: Any, metric: str, source: str) -> list[dict[str, Any]]:
+    """The per-n reward curves of a curve file's ``reward_curves`` field, checked (module docstring) and as
+    plain values: ``n``, ``b_problem`` (int or None), ``R0``, ``A``, ``C_mid``, ``beta`` (floats), ``c_range``
+    (two floats) and ``runs``. :class:`CurveError` names the curve, the field and the fix."""
+    fix = f"rewrite the file with `isocompute fit` (its '{REWARD_CURVES_KEY}' field)"
+    entries = field.get("curves") if isinstance(field, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise CurveError(f"{source}: {REWARD_CURVES_KEY} must be an object with a non-empty list 'curves'; {fix}")
+    bounds = metric_range(metric)
+    by_b_problem = field.get("group_by") == "n,b_problem"  # the fit's --group-by: one curve per n, or per (n, B_problem)
+    out: list[dict[str, Any]] = []
+    seen: dict[tuple, int] = {}
+    for i, entry in enumerate(entries):
+        where = f"{source}: {REWARD_CURVES_KEY}.curves[{i}]"
+        if not isinstance(entry, dict) or any(key not in entry for key in ("n", "R0", "A", "C_mid", "beta", "c_range")):
+            raise CurveError(f"{where} needs n, R0, A, C_mid, beta and c_range [C_min, C_max]; {fix}")
+        n, b_problem, runs = entry["n"], entry.get("b_problem"), entry.get("runs", 1)
+        if not _is_count(n) or not (b_problem is None or _is_count(b_problem)) or not _is_count(runs):
+            raise CurveError(f"{where}: n, b_problem and runs must be positive integers (b_problem may be null), got "
+                             f"n={n!r}, b_problem={b_problem!r}, runs={runs!r}; {fix}")
+        where = f"{where} (n={int(n)})"
+        values = [entry[key] for key in ("R0", "A", "C_mid", "beta")]
+        c_range = entry["c_range"]
+        if not all(map(_is_real, values)) or not (isinstance(c_range, list) and len(c_range) == 2 and all(map(_is_real, c_range))):
+            raise CurveError(f"{where}: R0, A, C_mid, beta and both ends of c_range must be finite numbers; {fix}")
+        R0, A, C_mid, beta = map(float, values)
+        lo, hi = map(float, c_range)
+        if not (C_mid > 0 and beta > 0 and 0 < lo <= hi and R0 <= A):
+            raise CurveError(f"{where} needs C_mid > 0, beta > 0, R0 <= A and 0 < C_min <= C_max, got C_mid={C_mid:g}, "
+                             f"beta={beta:g}, R0={R0:g}, A={A:g}, c_range=[{lo:g}, {hi:g}]; {fix}")
+        if bounds is not None and not bounds[0] <= R0 <= A <= bounds[1]:
+            raise CurveError(f"{where}: R0 = {R0:g} and A = {A:g} must lie in [{bounds[0]:g}, {bounds[1]:g}], the range "
+                             f"of {metric} (a share of samples); {fix}")
+        key = (int(n), b_problem and int(b_problem)) if by_b_problem else (int(n),)
+        if key in seen:
+            what = f"n={key[0]}" + (f", b_problem={key[1]}" if by_b_problem else "")
+            raise CurveError(f"{where}: a second curve for {what} (curves[{seen[key]}] is the first): the fit "
+                             f"writes one per {'(n, b_problem)' if by_b_problem else 'n'}; {fix}")
+        seen[key] = i
+        out.append({"n": int(n), "b_problem": None if b_problem is None else int(b_problem), "R0": R0, "A": A,
+                    "C_mid": C_mid, "beta": beta, "c_range": (lo, hi), "runs": int(runs)})
+    return out
 
 
 def sigmoid_log2_n(log10_c: Any, L: float, k: float, log10_C0: float, b: float) -> Any:
@@ -197,6 +256,8 @@ class Curve:
         provenance = d.get("provenance")
         if provenance is not None and not isinstance(provenance, dict):
             raise CurveError(f"{source}: provenance must be a JSON object (source, date, runs, ...) or null, got {provenance!r}; {_FIX}")
+        if d.get(REWARD_CURVES_KEY) is not None:
+            reward_curve_entries(d[REWARD_CURVES_KEY], d["metric"], source)
         known = set(_REQUIRED) | {"c_range", "n_grid", "provenance"}
         try:
             return cls(

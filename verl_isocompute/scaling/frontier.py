@@ -14,7 +14,7 @@ Steps 1 and 2 of the playbook's fitting workflow (arXiv 2603.12151, section 4):
 
 Checks on the way (each an error naming the file and the step, never a silently different point):
 compute must be cumulative, not negative and at most :data:`~verl_isocompute.scaling.curve.MAX_COMPUTE`
-(1e20); a metric that is a share of samples (:func:`metric_range`: our ``val/avg@k``, ``val/best@k``,
+(1e20); a metric that is a share of samples (:func:`~verl_isocompute.scaling.curve.metric_range`: our ``val/avg@k``, ``val/best@k``,
 ``val/worst@k``, overall or per data source, and verl's ``.../acc/...``) must lie in [0, 1]. Other metrics
 (verl's reward means, a loss) are not range-checked.
 
@@ -25,22 +25,18 @@ this, as a chart's smoothing slider would: ``ema`` is the weight of the past (0 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from verl_isocompute.runlog import WITH_GUIDANCE
-from verl_isocompute.scaling.curve import COMPUTE_UNITS, MAX_COMPUTE
+from verl_isocompute.scaling.curve import COMPUTE_UNITS, MAX_COMPUTE, metric_range
 from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.scaling.records import RESPONSE_LENGTH, RunLogs, name_runs
 
 DEFAULT_METRIC = "val/avg@4"
 DEFAULT_BUCKET = 0.01
-# Metrics that are shares of samples, hence in [0, 1]: avg/best/worst@k (ours, overall or per data source)
-# and verl's per-source accuracy (val-core/<source>/acc/mean@k).
-_SHARE_METRICS = re.compile(r"^val/(avg|best|worst)@\d+(/.*)?$|(^|/)acc(/|$)")
 # How compute was derived for runs that did not log it (see records.py), as the report says it.
 _DERIVED = {
     "rollouts": {
@@ -224,11 +220,6 @@ def build_frontier(
         runs=logs.runs,
         notes=list(logs.notes) + notes,
     )
-
-
-def metric_range(metric: str) -> tuple[float, float] | None:
-    """The range a metric's values must lie in: [0, 1] for a share of samples, None when not known."""
-    return (0.0, 1.0) if _SHARE_METRICS.search(metric) else None
 
 
 def _where(runs: pd.DataFrame, run: str) -> str:

@@ -57,7 +57,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from verl_isocompute.runlog import RUN_LOG, WITH_GUIDANCE, RunLogError, read_jsonl
+from verl_isocompute.runlog import RUN_LOG, WITH_GUIDANCE, JsonlError, read_jsonl
 from verl_isocompute.scaling import sources
 from verl_isocompute.scaling.errors import ScalingError
 
@@ -121,12 +121,15 @@ def load_runs(
     files = find_logs(paths)
     raws: list[_RawRun] = []
     for path, fmt, root in files:
-        if fmt in sources.FORMATS:
-            run = sources.read(path, fmt)
-            columns = {key: run.frame[key].to_numpy(dtype=float) for key in run.frame.columns}
-            batch = [_RawRun(run.name, run.path, fmt, columns, run.header, run.nonfinite, truncated_line=run.truncated)]
-        else:
-            batch = _read_csv(path) if fmt == "csv" else [_read_jsonl(path, fmt)]
+        try:
+            if fmt in sources.FORMATS:
+                run = sources.read(path, fmt)
+                columns = {key: run.frame[key].to_numpy(dtype=float) for key in run.frame.columns}
+                batch = [_RawRun(run.name, run.path, fmt, columns, run.header, run.nonfinite, truncated_line=run.truncated)]
+            else:
+                batch = _read_csv(path) if fmt == "csv" else [_read_jsonl(path, fmt)]
+        except OSError as exc:  # an input that cannot be read is named as such, not taken for the output
+            raise ScalingError(_unreadable(Path(exc.filename or path), exc)) from None
         for raw in batch:
             raw.root = root
         raws.extend(batch)
@@ -242,6 +245,10 @@ def _real_dir(folder: str) -> str:
     return _real(folder)
 
 
+def _unreadable(path: Path, exc: OSError) -> str:
+    return f"{path}: cannot read it ({exc.strerror or exc}); fix its permissions or leave it out of RUNS"
+
+
 def _not_regular(path: Path) -> str:
     return f"{path} is not a regular file (a FIFO, socket or device?): pass run directories or log files written to disk"
 
@@ -272,8 +279,11 @@ def _sniff(path: Path) -> str | None:
     try:
         with open(path, "rb") as fh:
             first = next((line for line in fh if line.strip()), b"")
+    except OSError as exc:
+        raise ScalingError(_unreadable(path, exc)) from None
+    try:
         obj = json.loads(first)
-    except (OSError, ValueError):
+    except ValueError:
         return None
     if not isinstance(obj, dict):
         return None
@@ -300,8 +310,8 @@ def _run_name(path: Path, fmt: str) -> str:
 
 def _read_jsonl(path: Path, fmt: str) -> _RawRun:
     try:
-        jsonl = read_jsonl(path)  # a last line cut by a kill is skipped; the rest is good
-    except RunLogError as exc:
+        jsonl = read_jsonl(path, report=False)  # a last line cut by a kill is skipped (reported with the notes)
+    except JsonlError as exc:
         raise ScalingError(str(exc)) from None
     lines, truncated = jsonl.lines, jsonl.cut_last_line
     header: dict[str, Any] = {}

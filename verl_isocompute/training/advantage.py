@@ -20,6 +20,12 @@ differences that are about robustness, not the method:
   :func:`estimator_context`) are left out of every group statistic and get 0. ``rollout.n >= 2`` is checked
   on the config (:func:`verl_isocompute.training.config.check_group_size`), not here, so a failed sample can
   never end a run.
+* one row is one rollout: verl's ``grpo`` alone, when an agent loop returns several outputs per session
+  (rows keyed ``{uid}_{session}_{output}``), takes each session's final output into the group and gives its
+  advantage to the session's other outputs. Our estimators see only the group ids, not the sessions, so
+  the isocompute trainer refuses such a step with one error
+  (:func:`verl_isocompute.training.masks.check_one_output_per_session`); under verl's own trainer a
+  multi-output agent loop needs verl's ``grpo``.
 
 ``isocompute_grpo_decoupled`` is the decoupled baseline of the paper's appendix C: sample
 n_est = ``rollout.n`` rollouts per problem, take the baseline (mean, std) from all n_est, and train on a

@@ -36,11 +36,16 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from verl_isocompute.runlog import VERL_METRICS
 from verl_isocompute.training import resolvers
 from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
-from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, ESTIMATORS, TRAINER
+from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, ESTIMATORS, GROUPS, TRAINER, ZERO_VARIANCE_MODES
 
 resolvers.register()  # before any recipe is composed: the recipes interpolate them
-from verl_isocompute.training.on_policy import prepare_reuse_rollout_log_probs
+from verl_isocompute.training.on_policy import check_reuse, prepare_reuse_rollout_log_probs
 
+# verl 0.9's own advantage estimators (its core_algos.ADV_ESTIMATOR_REGISTRY; tests/test_import_contract.py keeps
+# this in step), so that a misspelt estimator stops a run, or a sweep's dry run, without importing verl.
+VERL_ESTIMATORS = ("gae", "gdpo", "gpg", "grpo", "grpo_passk", "grpo_vectorized", "opo", "optimal_token_baseline",
+                   "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo", "rloo_vectorized",
+                   "tir_optimal_token_baseline")
 # Estimators that compare samples within a group (GRPO family): a group of one has no baseline.
 GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_passk", "optimal_token_baseline",
                     *ESTIMATORS)
@@ -55,18 +60,16 @@ def _select(cfg: DictConfig, key: str, default=None):
     return OmegaConf.select(cfg, key, default=default)
 
 
-def prepare_platform(cfg: DictConfig) -> None:
-    """Select the CPU backend for this process and its Ray workers when the recipe asks for it; on the CPU,
-    :func:`prepare_cpu`."""
+def check_platform(cfg: DictConfig) -> None:
+    """``isocompute.platform`` is cpu / auto / null; on the CPU platform (asked by the recipe or by
+    ``VERL_PLATFORM=cpu``) the rollout and the FSDP strategy must be ones that run there."""
     platform = _select(cfg, "isocompute.platform")
     if platform not in (None, "auto", "cpu"):
         raise RecipeError(f"isocompute.platform={platform!r}: use cpu, or auto to let verl detect the accelerator")
     env_platform = os.environ.get("VERL_PLATFORM", "").strip().lower()
-    if platform == "cpu":
-        if env_platform and env_platform != "cpu":
-            raise RecipeError(f"VERL_PLATFORM={env_platform} conflicts with isocompute.platform=cpu; unset one of them")
-        os.environ["VERL_PLATFORM"] = "cpu"
-    if os.environ.get("VERL_PLATFORM", "").strip().lower() != "cpu":
+    if platform == "cpu" and env_platform and env_platform != "cpu":
+        raise RecipeError(f"VERL_PLATFORM={env_platform} conflicts with isocompute.platform=cpu; unset one of them")
+    if platform != "cpu" and env_platform != "cpu":
         return
     rollout = _select(cfg, "actor_rollout_ref.rollout.name")
     if rollout in GPU_ONLY_ROLLOUTS:
@@ -82,7 +85,16 @@ def prepare_platform(cfg: DictConfig) -> None:
                 f"actor_rollout_ref.{role}.strategy={strategy}: on the CPU platform only fsdp2 works "
                 f"(FSDP1 needs a GPU to sync module states); set actor_rollout_ref.{role}.strategy=fsdp2"
             )
-    prepare_cpu(cfg)
+
+
+def prepare_platform(cfg: DictConfig) -> None:
+    """Select the CPU backend for this process and its Ray workers when the recipe asks for it (after
+    :func:`check_platform`); on the CPU, :func:`prepare_cpu`."""
+    if _select(cfg, "isocompute.platform") == "cpu" and os.environ.get("VERL_PLATFORM", "").strip().lower() in ("", "cpu"):
+        os.environ["VERL_PLATFORM"] = "cpu"
+    check_platform(cfg)
+    if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
+        prepare_cpu(cfg)
 
 
 def prepare_cpu(cfg: DictConfig) -> None:
@@ -170,6 +182,103 @@ def check_warmup_schedule(cfg: DictConfig) -> None:
             )
 
 
+def check_estimator(cfg: DictConfig) -> None:
+    """``algorithm.adv_estimator`` must be one verl knows: its own, ours, or one another verl plugin registers
+    (only for a name outside the first two is verl's registry imported, with the plugins verl loads)."""
+    estimator = _select(cfg, "algorithm.adv_estimator")
+    if estimator in VERL_ESTIMATORS or estimator in ESTIMATORS:
+        return
+    if estimator not in _registered_estimators():
+        raise RecipeError(
+            f"algorithm.adv_estimator={_show(estimator)} is not an estimator verl knows: use {ESTIMATORS[0]} (the recipes'), "
+            f"{DECOUPLED_ESTIMATOR}, or one of verl's ({', '.join(VERL_ESTIMATORS)})"
+        )
+
+
+def _registered_estimators() -> set[str]:
+    """verl's estimator registry, with what the verl plugins register; verl's import-time warnings (no
+    accelerator in a driver process, optional engines) are kept off the one error line."""
+    import logging
+    import warnings
+
+    before = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from verl.trainer.ppo import core_algos
+    finally:
+        logging.disable(before)
+    return set(core_algos.ADV_ESTIMATOR_REGISTRY)
+
+
+def check_trainer_settings(cfg: DictConfig) -> None:
+    """What the isocompute trainer (``trainer.v1.trainer_mode=isocompute``) needs of the config; it checks them
+    itself too, for runs verl's main_ppo started: a known zero-variance mode, one actor update per step, the
+    warm-up schedule of :func:`check_warmup_schedule`, and one mini-batch per step when a seq-mean loss
+    drops rows."""
+    mode = _select(cfg, "isocompute.zero_variance.mode", default="off")
+    if mode not in ZERO_VARIANCE_MODES:
+        raise RecipeError(f"isocompute.zero_variance.mode={_show(mode)}: use one of {', '.join(ZERO_VARIANCE_MODES)}")
+    # Update k is global step k (the rate the trainer logs, and the seed of the decoupled subset, rely on it).
+    v1 = cfg.trainer.v1
+    sync_step = int(v1.get(v1.trainer_mode, {}).get("parameter_sync_step", 1))
+    if sync_step != 1 or int(cfg.trainer.critic_warmup) != 0:
+        raise RecipeError(
+            f"the isocompute trainer makes one actor update per step: set trainer.critic_warmup=0 (got "
+            f"{cfg.trainer.critic_warmup}) and parameter_sync_step=1 (got {sync_step})"
+        )
+    check_warmup_schedule(cfg)
+    actor, b_problem = cfg.actor_rollout_ref.actor, int(cfg.data.train_batch_size)
+    # The kept-sequence count is per step: the seq-mean normaliser can use it only if a step is one mini-batch.
+    drops_rows = mode == GROUPS or cfg.algorithm.adv_estimator == DECOUPLED_ESTIMATOR
+    if str(actor.loss_agg_mode).startswith("seq-mean") and drops_rows and int(actor.ppo_mini_batch_size) != b_problem:
+        raise RecipeError(
+            f"actor.loss_agg_mode={actor.loss_agg_mode} with rows dropped per step (isocompute.zero_variance.mode="
+            f"{mode}, algorithm.adv_estimator={cfg.algorithm.adv_estimator}) needs one mini-batch "
+            f"per step: set actor_rollout_ref.actor.ppo_mini_batch_size={b_problem} (= data.train_batch_size), "
+            "or use loss_agg_mode=token-mean"
+        )
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Every check of a run's settings that needs nothing built or started: the entry point makes them before
+    Ray starts (:func:`prepare`), and ``isocompute sweep`` on every cell's config before the first cell, in
+    ``--dry-run`` too, so a dry run accepts exactly what the run accepts up to there.
+
+    The platform (:func:`check_platform`), the estimator, group sizes, our trainer's settings, the LR rule and
+    the allocation (the resolvers of ``optim.lr`` and the allocated keys), the ``isocompute`` block's own
+    interpolations (a piece that needs our trainer) and the reuse of the rollout's log-probs. ``cfg`` may be
+    resolved or only composed: only the keys checked are resolved, so nothing is built here (the built-in
+    model, generated data and a guided mixture are checked where :func:`prepare` makes them). Raises
+    :class:`RecipeError` naming the key and the fix.
+    """
+    from omegaconf.errors import InterpolationResolutionError
+
+    try:
+        check_platform(cfg)
+        check_estimator(cfg)
+        check_group_size(cfg)
+        if _select(cfg, "trainer.v1.trainer_mode") == TRAINER:
+            check_trainer_settings(cfg)
+        OmegaConf.to_container(cfg.isocompute, resolve=True)
+        for key in (*resolvers.ALLOCATION_KEYS.values(), f"{resolvers.OPTIM}.lr", f"{resolvers.OPTIM}.lr_warmup_steps"):
+            _select(cfg, key)
+        check_reuse(cfg)
+    except RecipeError:
+        raise
+    except InterpolationResolutionError as exc:
+        raise _resolver_error(exc) from None
+    except ValueError as exc:  # the reuse check's
+        raise RecipeError(str(exc)) from None
+
+
+def _resolver_error(exc: Exception) -> RecipeError:
+    """A resolver's error as one line: "ValueError raised while resolving interpolation: <our message>" -> our message."""
+    first = str(exc).strip().splitlines()[0]
+    return RecipeError(first.split("raised while resolving interpolation: ", 1)[-1])
+
+
 def resolve(cfg: DictConfig) -> None:
     """Resolve every interpolation in place; a resolver's error becomes one RecipeError line.
 
@@ -180,9 +289,7 @@ def resolve(cfg: DictConfig) -> None:
     try:
         OmegaConf.resolve(cfg)
     except InterpolationResolutionError as exc:
-        # "ValueError raised while resolving interpolation: <our message>" -> our message
-        first = str(exc).strip().splitlines()[0]
-        raise RecipeError(first.split("raised while resolving interpolation: ", 1)[-1]) from None
+        raise _resolver_error(exc) from None
 
 
 def report_allocation(cfg: DictConfig) -> None:
@@ -234,13 +341,11 @@ def prepare(cfg: DictConfig) -> DictConfig:
     """Resolve our ``isocompute`` block into plain verl settings, as verl's entry point would, and check
     them before Ray starts. Raises :class:`RecipeError` (or the model's ModelError)."""
     prepare_platform(cfg)
+    check_config(cfg)  # every settings check, before anything is built (the sweep's dry run makes the same)
     resolve(cfg)
     prepare_model(cfg)
     prepare_data(cfg)
     prepare_guided_data(cfg)
-    check_group_size(cfg)
-    if cfg.trainer.v1.trainer_mode == TRAINER:
-        check_warmup_schedule(cfg)
     report_allocation(cfg)
     report_lr(cfg)
     try:

@@ -12,6 +12,11 @@ actor update our trainer decides, per rollout:
   failed rollout evicts its whole group (see the trainer), so this happens only if verl pads.
 * **the decoupled subset** (appendix C): under ``isocompute_grpo_decoupled`` the baseline comes from all
   rollouts of a group and the gradient from a seeded uniform subset of min(n_train, group size) of them.
+* **one output per rollout.** verl's v1 agent loop may return several outputs for one session (one of the
+  n samples of a problem; a multi-turn loop) and keys each ``{uid}_{session}_{output}``; its ``grpo``
+  estimator then takes the baseline over each session's final output only. Every mask here, our
+  estimators and compute C count a row as one rollout, so :func:`multi_output_sessions` lets the trainer
+  refuse such a batch rather than weigh a session by its number of outputs.
 * **the zero-variance filter** (section 2), judged on the binary accuracy: ``groups`` drops all-correct /
   all-wrong groups from every loss term; ``regularizers`` keeps the policy gradient everywhere but applies
   KL and entropy only to groups whose accuracy varies.
@@ -33,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from verl_isocompute.training.metrics import is_correct
 from verl_isocompute.training.names import GROUPS, REGULARIZERS, ZERO_VARIANCE_MODES
 
 
@@ -57,14 +63,14 @@ def real_rows(real: Any, size: int) -> np.ndarray:
 
 
 def accuracy(extra_fields: Iterable[Any], scores: Iterable[float]) -> np.ndarray:
-    """Binary accuracy per rollout: the reward's ``acc`` (in verl's ``reward_extra_info``) when it gives
-    one, else score > 0. Variance is judged on this, never on a shaped score: a group whose scores differ
-    only by a format bonus is still all-correct or all-wrong and carries no learning signal."""
+    """Binary accuracy per rollout (:func:`verl_isocompute.training.metrics.is_correct`: the reward's ``acc``
+    in verl's ``reward_extra_info`` when it gives one, else score > 0.5). Variance is judged on this, never
+    on a shaped score: a group whose scores differ only by a format bonus is still all-correct or all-wrong
+    and carries no learning signal."""
     acc = []
     for extra, score in zip(extra_fields, scores, strict=True):
         info = extra.get("reward_extra_info", {}) if isinstance(extra, dict) else {}
-        value = info.get("acc")
-        acc.append(float(bool(value)) if value is not None else float(score > 0))
+        acc.append(float(is_correct(score, info.get("acc"))))
     return np.asarray(acc, dtype=np.float64)
 
 
@@ -188,3 +194,31 @@ def row_ids(keys: Iterable[str]) -> np.ndarray:
     it masked: exact in float64, and checkable against the keys of verl's rollout dump.
     """
     return np.array([zlib.crc32(str(key).encode()) & 0xFFFFF for key in keys], dtype=np.float64)
+
+
+def multi_output_sessions(keys: Iterable[str]) -> list[str]:
+    """The sessions (``{uid}_{session}``) of a step that have more than one output, in order of appearance.
+
+    verl's v1 agent loop keys every output ``{uid}_{session}_{output}`` (output 0, 1, ... of one session;
+    padding rows are ``{pad uid}_{i}_0``), and its ``grpo`` splits a key with ``rsplit("_", 2)``, as here. A
+    key that does not end in ``_{session}_{output}`` counts as one session of one output.
+    """
+    outputs: dict[str, int] = {}
+    for key in keys:
+        parts = str(key).rsplit("_", 2)
+        session = f"{parts[0]}_{parts[1]}" if len(parts) == 3 and parts[2].isdigit() else str(key)
+        outputs[session] = outputs.get(session, 0) + 1
+    return [session for session, count in outputs.items() if count > 1]
+
+
+def check_one_output_per_session(keys: Iterable[str], step: int) -> None:
+    """Refuse a step in which a session returned several outputs (ValueError naming one and the fix)."""
+    sessions = multi_output_sessions(keys)
+    if sessions:
+        raise ValueError(
+            f"step {step}: {len(sessions)} rollout session(s) returned several outputs (e.g. {sessions[0]}_0 and "
+            f"{sessions[0]}_1: a multi-output agent loop); the isocompute trainer and estimators count one output "
+            "per rollout (GRPO groups, zero-variance masks, compute C), where verl's `grpo` takes each session's "
+            "final output: use an agent loop that returns one output per session, or verl's own trainer "
+            "(trainer.v1.trainer_mode=sync) with algorithm.adv_estimator=grpo"
+        )

@@ -23,6 +23,9 @@ wrong answer, exactly as verl counts it (``expected_acc_counts``): :func:`valida
 problem up to the number of samples that were requested for it, so n is the requested count, never the
 number that happened to come back, and a failure can neither raise nor flatter best@k.
 
+Which sample is correct is decided in one place, :func:`is_correct`, for training (the zero-variance masks,
+the training accuracy), validation and curation alike.
+
 Training diagnostics (section 6): the distribution of per-problem pass rates within an epoch shows
 whether progress is uniform or rich-get-richer (interference between problems), and epochs are
 steps * b_problem / D. Compute that verl sampled and then discarded (a group with a failed rollout is
@@ -38,6 +41,26 @@ import numpy as np
 import pandas as pd
 
 Records = pd.DataFrame | Mapping[str, Any] | Iterable[Mapping[str, Any]]
+
+# A score above this is a correct answer when the reward does not say (its ``acc``); see is_correct.
+CORRECT_ABOVE = 0.5
+
+
+def is_correct(score: Any, acc: Any = None) -> bool:
+    """Whether a sample is correct: the reward's binary ``acc`` when it reports one (verl passes the keys of
+    a reward's dict on as ``reward_extra_info``; ours and verl's DAPO reward give ``acc``), else
+    ``score > 0.5``.
+
+    The playbook's rewards are binary (arXiv 2603.12151: 1 for a verified answer, else 0), and so are
+    verl's default scorers, or +1 / -1. Rewards with a format bonus give a wrong but well-formed answer a
+    little (e.g. 0.1): ``score > 0`` would call it correct, so that every group looks all-correct to the
+    zero-variance filter while curation, which used 0.5, put the same problem in the Hard set. The midpoint
+    0.5 separates right from wrong for 0/1, +-1 and such bonuses alike, and one rule serves training,
+    validation and curation, so a difficulty set and the training accuracy never disagree about a sample.
+    """
+    if acc is not None:
+        return bool(acc)
+    return float(score) > CORRECT_ABOVE
 
 
 def _k_subset_ratio(top: np.ndarray, n: np.ndarray, k: int) -> np.ndarray:

@@ -48,18 +48,24 @@ def on_policy_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
+def check_reuse(cfg: DictConfig) -> None:
+    """With ``isocompute.reuse_rollout_log_probs=true``, a ValueError naming the fix unless the recipe is fully
+    on-policy (:func:`on_policy_problems`). Changes nothing."""
+    problems = on_policy_problems(cfg) if OmegaConf.select(cfg, REUSE_KEY, default=False) else []
+    if problems:
+        raise ValueError(
+            f"{REUSE_KEY}=true needs a fully on-policy recipe, but {'; '.join(problems)}; "
+            f"set {REUSE_KEY}=false to recompute the old log-probs"
+        )
+
+
 def prepare_reuse_rollout_log_probs(cfg: DictConfig) -> bool:
     """With ``isocompute.reuse_rollout_log_probs=true``: switch verl to bypass mode with the REINFORCE loss and
     the recipe's own TIS/rejection settings. Raises ValueError naming the fix when the recipe is not fully
     on-policy. Returns whether it switched."""
     if not OmegaConf.select(cfg, REUSE_KEY, default=False):
         return False
-    problems = on_policy_problems(cfg)
-    if problems:
-        raise ValueError(
-            f"{REUSE_KEY}=true needs a fully on-policy recipe, but {'; '.join(problems)}; "
-            f"set {REUSE_KEY}=false to recompute the old log-probs"
-        )
+    check_reuse(cfg)
     correction = OmegaConf.to_container(cfg.algorithm.rollout_correction, resolve=True)
     correction.update(bypass_mode=True, loss_type="reinforce")
     with open_dict(cfg):

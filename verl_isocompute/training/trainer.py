@@ -57,7 +57,7 @@ from verl_isocompute.training import metrics as iso_metrics
 from verl_isocompute.training.advantage import estimator_context
 from verl_isocompute.training.config import (
     check_group_size,
-    check_warmup_schedule,
+    check_trainer_settings,
     lr_from_rule,
 )
 from verl_isocompute.training.lr import (
@@ -65,16 +65,14 @@ from verl_isocompute.training.lr import (
     lr_for_update,
     rule_batch_rollouts,
 )
-from verl_isocompute.training.masks import StepMasks, accuracy, row_ids, step_masks
+from verl_isocompute.training.masks import StepMasks, accuracy, check_one_output_per_session, row_ids, step_masks
 from verl_isocompute.training.names import (
     DECOUPLED_ESTIMATOR,
-    GROUPS,
     REG_MASK_FIELD,
     REGULARIZERS,
     ROW_ID_FIELD,
     SEQ_COUNT_FIELD,
     TRAINER,
-    ZERO_VARIANCE_MODES,
 )
 from verl_isocompute.training.on_policy import unapplied_reuse_notice
 from verl_isocompute.training.progress import PhaseAnnouncer
@@ -135,33 +133,15 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
     def _read_settings(self, config) -> None:
         """Our settings, checked before any worker starts (a bad one is a ValueError naming the key)."""
         check_group_size(config)
+        check_trainer_settings(config)  # the same checks our entry point makes before Ray starts
         self.zero_var_mode = str(OmegaConf.select(config, "isocompute.zero_variance.mode", default="off"))
-        if self.zero_var_mode not in ZERO_VARIANCE_MODES:
-            raise ValueError(f"isocompute.zero_variance.mode={self.zero_var_mode!r}: use one of {', '.join(ZERO_VARIANCE_MODES)}")
         self.n = int(config.actor_rollout_ref.rollout.n)
         self.b_problem = int(config.data.train_batch_size)
         self.decoupled = config.algorithm.adv_estimator == DECOUPLED_ESTIMATOR
         self.n_train = int(OmegaConf.select(config, "isocompute.decoupled.n_train")) if self.decoupled else None
         self.pass_rate_bins = int(OmegaConf.select(config, "isocompute.pass_rate_bins", default=10))
-        # Update k is global step k (the rate we log, and the seed of the decoupled subset, rely on it).
-        sync_step = int(config.trainer.v1.get(config.trainer.v1.trainer_mode, {}).get("parameter_sync_step", 1))
-        if sync_step != 1 or int(config.trainer.critic_warmup) != 0:
-            raise ValueError(
-                f"the isocompute trainer makes one actor update per step: set trainer.critic_warmup=0 (got "
-                f"{config.trainer.critic_warmup}) and parameter_sync_step=1 (got {sync_step})"
-            )
-        check_warmup_schedule(config)
-        actor = config.actor_rollout_ref.actor
-        # The kept-sequence count is per step: the seq-mean normaliser can use it only if a step is one mini-batch.
-        self.one_mini_batch = int(actor.ppo_mini_batch_size) == self.b_problem
-        drops_rows = self.zero_var_mode == GROUPS or self.decoupled
-        if str(actor.loss_agg_mode).startswith("seq-mean") and drops_rows and not self.one_mini_batch:
-            raise ValueError(
-                f"actor.loss_agg_mode={actor.loss_agg_mode} with rows dropped per step (isocompute.zero_variance.mode="
-                f"{self.zero_var_mode}, algorithm.adv_estimator={config.algorithm.adv_estimator}) needs one mini-batch "
-                f"per step: set actor_rollout_ref.actor.ppo_mini_batch_size={self.b_problem} (= data.train_batch_size), "
-                "or use loss_agg_mode=token-mean"
-            )
+        # the kept-sequence count is per step: the seq-mean normaliser can use it only if a step is one mini-batch
+        self.one_mini_batch = int(config.actor_rollout_ref.actor.ppo_mini_batch_size) == self.b_problem
 
     def _prepare_guided(self, config) -> None:
         """docs/GUIDED.md: validation on unguided problems only; the guided mixture when main_ppo started the run
@@ -239,6 +219,7 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         from tensordict import TensorDict
         from verl.workers.utils.padding import response_to_nested
 
+        check_one_output_per_session(batch.keys, self.global_steps)  # what our masks and C count per row
         real = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
         seed = self._decoupled_seed()
         with estimator_context(real=real, n_train=self.n_train, seed=seed):
@@ -377,7 +358,7 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         k = int(self.config.actor_rollout_ref.rollout.val_kwargs.n)
         records, failed = iso_metrics.validation_records(
             sample_uids, data_sources,
-            [float(bool(a)) if a is not None else float(s > 0) for a, s in zip(acc, scores, strict=True)],
+            [float(iso_metrics.is_correct(s, a)) for a, s in zip(acc, scores, strict=True)],
             expected_counts=expected_acc_counts, default_n=k,
         )
         self._val_info = iso_metrics.validation_metrics(records, k=k, prefix="val")

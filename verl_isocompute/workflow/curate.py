@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from verl_isocompute import atomic
+from verl_isocompute.jsonl import JsonlAppender, JsonlError, read_jsonl
 
 DEFAULT_K = 16
 DEFAULT_TEMPERATURE = 0.6
@@ -218,37 +219,17 @@ def screen(df: pd.DataFrame, check_answers: bool = True) -> tuple[pd.DataFrame, 
 # --- the per-problem cache --------------------------------------------------------------------------
 
 
-class _Appended:
-    """A JSON-lines file appended one record at a time; a line cut by an interruption is ignored on reading."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._file = None
+class _Appended(JsonlAppender):
+    """A cache file of JSON lines appended one record at a time (:mod:`verl_isocompute.jsonl`: a last line
+    cut by an interruption is skipped and reported, any other bad line is an error naming it)."""
 
     def lines(self) -> list[dict[str, Any]]:
-        out = []
-        if self.path.is_file():
-            for line in self.path.read_text().splitlines():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-        return out
-
-    def append(self, record: dict[str, Any]) -> None:
-        if self._file is None:
-            cut = self.path.is_file() and self.path.stat().st_size and not self.path.read_bytes().endswith(b"\n")
-            self._file = open(self.path, "a")
-            if cut:  # a line cut by a kill: end it, so the next record is not glued to it
-                self._file.write("\n")
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()  # a killed curation loses at most the problems still in flight
-
-    def close(self) -> None:
-        if self._file is not None:
-            os.fsync(self._file.fileno())
-            self._file.close()
-            self._file = None
+        if not self.path.is_file():
+            return []
+        try:
+            return read_jsonl(self.path).dicts()
+        except JsonlError as exc:
+            raise CurateError(f"{exc}; or rerun with --restart to discard the cache in {self.path.parent}") from None
 
 
 class SampleCache:
@@ -256,7 +237,8 @@ class SampleCache:
     settings it holds); with ``--pass-k``, ``rejection.jsonl`` (one record per rejection round of a problem);
     with ``--keep-correct``, ``traces.jsonl.gz`` (the correct responses, :mod:`verl_isocompute.guided.traces`).
 
-    Records are appended as problems (rounds) finish; a line cut by an interruption is ignored on reading.
+    Records are appended as problems (rounds) finish; a line cut by an interruption is skipped (and reported)
+    on reading, any other bad line is an error naming it.
     The prefix search keeps its per-rung records the same way under its own file names.
     """
 

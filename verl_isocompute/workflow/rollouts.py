@@ -14,8 +14,8 @@ difficulty is measured under exactly the prompts and sampling of training.
 
 Each response is decoded (special tokens skipped, as verl's reward managers do) and scored by the
 recipe's reward function (``reward.custom_reward_function``, loaded with verl's own loader); a sample is
-correct when the reward's ``acc`` is true, or, for a reward that returns a bare number, when the score
-exceeds 0.5. Problems are processed with at most ``concurrency`` in flight; each is handed to a callback
+correct by the rule training uses (:func:`verl_isocompute.training.metrics.is_correct`): when the reward's
+``acc`` is true, or, for a reward that does not give one, when the score exceeds 0.5. Problems are processed with at most ``concurrency`` in flight; each is handed to a callback
 as soon as its k scores are in (the cache appends it), so an interruption loses only the ones in flight.
 Ray and the replicas are started once (:func:`running`) for any number of batches: curation samples one,
 the prefix search (:mod:`verl_isocompute.guided.prefix_search`) one per round.
@@ -33,6 +33,8 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
+
+from verl_isocompute.training.metrics import is_correct
 
 
 def _ray_init(cfg: DictConfig, address: str | None) -> None:
@@ -53,12 +55,11 @@ def _ray_init(cfg: DictConfig, address: str | None) -> None:
 
 
 def correct(result: Any) -> tuple[bool, Any]:
-    """(is the sample correct, the extracted answer if the reward reports one) from a reward's return value."""
+    """(is the sample correct, the extracted answer if the reward reports one) from a reward's return value,
+    by the rule training uses (:func:`verl_isocompute.training.metrics.is_correct`)."""
     if isinstance(result, dict):
-        if "acc" in result:
-            return bool(result["acc"]), result.get("pred")
-        return float(result.get("score", 0.0)) > 0.5, result.get("pred")
-    return float(result) > 0.5, None
+        return is_correct(result.get("score", 0.0), result.get("acc")), result.get("pred")
+    return is_correct(result), None
 
 
 class ProblemTooLong(ValueError):

@@ -7,7 +7,9 @@ cell gets the same sampling budget C (rollouts), so a cell runs M = floor(C / (B
 the budget left over (less than one step) is not spent. A cell whose budget does not pay for one step is
 reported and skipped; the others run.
 
-This module is pure Python (PyYAML; the fit's options from :mod:`verl_isocompute.scaling.pipeline`):
+A budget that pays any cell more than :data:`~verl_isocompute.scaling.allocation.MAX_STEPS` steps is refused,
+as ``isocompute allocate`` refuses it. This module is pure Python (PyYAML; the fit's options from
+:mod:`verl_isocompute.scaling.pipeline`):
 ``isocompute sweep --dry-run`` and the tests use it without verl or torch. :func:`parse_plan` checks
 every field, the ``fit:`` block by building the fit's own :class:`FitOptions`, and the ``ray:`` block;
 :func:`check_data_files` that the data files exist. The YAML schema (documented in docs/WORKFLOW.md)::
@@ -41,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from verl_isocompute.scaling.allocation import MAX_STEPS
 from verl_isocompute.scaling.pipeline import FitOptions
 
 # The paper's grid (arXiv 2603.12151, section 4): powers of two.
@@ -285,6 +288,13 @@ def parse_plan(raw: Any, base_dir: str | os.PathLike = ".", default_name: str = 
         raise PlanError(
             f"budget_rollouts = {budget} does not pay for one step of any cell: the smallest step takes "
             f"{smallest} rollouts; raise budget_rollouts to at least {smallest}"
+        )
+    longest = max(plan.runnable(), key=lambda c: c.steps)
+    if longest.steps > MAX_STEPS:  # the allocation's bound: a slip in the budget's exponent, not a plan
+        raise PlanError(
+            f"budget_rollouts = {budget:.3g} pays cell {longest.id} for {longest.steps:.3g} steps of "
+            f"{longest.batch_rollouts} rollouts, more than {MAX_STEPS:,}: check the budget (its exponent; rollouts, "
+            "not tokens?)"
         )
     return plan
 

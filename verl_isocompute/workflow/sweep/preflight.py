@@ -1,11 +1,14 @@
-"""Everything a sweep checks before its first cell trains, also in ``--dry-run``, without verl or torch.
+"""Everything a sweep checks before its first cell trains, also in ``--dry-run``, without starting anything.
 
 :func:`preflight` turns a parsed plan (:func:`.plan.load_plan` already checked its fields, its ``fit:``
-and ``ray:`` blocks) into a :class:`Preflight`: the data files exist and are counted, the recipe composes
-with the plan's overrides and the first cell's shape (a typo in an override fails here, not in every
-cell), and the recipe's micro-batch sizes give a per-cell check. The recipe is composed with verl's
-config directory found on disk (``importlib.util.find_spec`` does not import verl): hydra's
-``pkg://verl.trainer.config`` would import verl, and with it torch, for a YAML file.
+and ``ray:`` blocks) into a :class:`Preflight`: the sweep directory can be one, the data files exist and
+are counted, the recipe composes with the plan's overrides and the first cell's shape (a typo in an
+override fails here, not in every cell), every cell's config passes the checks the run itself makes before
+Ray starts (:func:`verl_isocompute.training.config.check_config`: one function for both, so a dry run
+accepts exactly what the cells would), and the recipe's micro-batch sizes give a per-cell check. The
+recipe is composed with verl's config directory found on disk (``importlib.util.find_spec`` does not import
+verl): hydra's ``pkg://verl.trainer.config`` would import verl, and with it torch, for a YAML file (verl is
+imported only to look up an estimator name that is neither verl's nor ours).
 :func:`ray_options` resolves the plan's ``ray:`` block against the recipe for :class:`~.executors.RayJobExecutor`.
 """
 
@@ -20,6 +23,7 @@ from typing import Any
 
 from verl_isocompute.workflow.sweep.executors import RayOptions
 from verl_isocompute.workflow.sweep.plan import (
+    CELL_KEYS,
     Cell,
     Plan,
     cell_overrides,
@@ -87,11 +91,40 @@ def batch_check(cfg) -> Callable[[Cell], str | None]:
     return lambda cell: micro_batch_issue(cell, world, sizes)
 
 
+def check_sweep_dir(sweep_dir: str | Path) -> None:
+    """The sweep directory is a directory, or can be made one (no file in its place or on its path)."""
+    path = Path(sweep_dir)
+    for where in (path, *path.parents):
+        if where.exists():
+            if not where.is_dir():
+                what = "is a file" if where == path else f"cannot be made: {where} is a file"
+                raise SweepError(f"sweep_dir {path} {what}; set sweep_dir in the plan (or --sweep-dir) to a directory")
+            return
+
+
 def preflight(plan: Plan) -> Preflight:
-    """Check data, recipe and overrides of ``plan``; raises PlanError / SweepError / RecipeError naming the fix."""
+    """Check data, recipe and overrides of ``plan``, and every cell's config with the checks the run makes before
+    Ray starts (:func:`verl_isocompute.training.config.check_config`, the same function); raises PlanError /
+    SweepError / RecipeError naming the fix."""
+    from omegaconf import OmegaConf
+
+    from verl_isocompute.training.config import RecipeError, check_config
+
+    check_sweep_dir(plan.sweep_dir)
     size = dataset_size(plan)
-    first = plan.runnable()[0]
-    cfg = compose(plan.recipe, cell_overrides(plan, first, Path(plan.sweep_dir) / CELLS_DIR / first.id))
+    cells = plan.runnable()
+    overrides = {cell: cell_overrides(plan, cell, Path(plan.sweep_dir) / CELLS_DIR / cell.id) for cell in cells}
+    cfg = compose(plan.recipe, overrides[cells[0]])
+    cell_keys = set(CELL_KEYS)
+    for cell in cells:
+        # the first cell's composed config with this cell's own keys (the plan's overrides never set them)
+        own = [o for o in overrides[cell] if o.split("=", 1)[0] in cell_keys]
+        cell_cfg = cfg if cell == cells[0] else OmegaConf.merge(cfg, OmegaConf.from_dotlist(own))
+        try:
+            check_config(cell_cfg)
+        except RecipeError as exc:
+            where = f"cell {cell.id}: " if len(cells) > 1 else ""
+            raise RecipeError(f"{where}{exc}") from None
     return Preflight(cfg, size, batch_check(cfg))
 
 
