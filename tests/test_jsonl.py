@@ -90,6 +90,8 @@ DAMAGE = [
     ("blank lines and a byte-order mark", b"\xef\xbb\xbf\n" + WHOLE.replace(b"\n", b"\n\n"), _records(1, 2, 3), None),
     ("last line cut by a kill", CUT, _records(1, 2), "line 3: the last line is cut short"),
     ("bad middle line", _lines(_records(1)) + b'{"id": "p2", "st\n' + _lines(_records(3)), None, "line 2: not valid JSON"),
+    ("two values on a middle line", _lines(_records(1)) + b'{"id": "p2"}, {"id": "p9"}\n' + _lines(_records(3)), None,
+     "line 2: not valid JSON"),
     ("a middle line that is not an object", _lines(_records(1)) + b"[1, 2]\n" + _lines(_records(3)), None,
      "line 2: expected a JSON object, got list"),
 ]

@@ -123,11 +123,13 @@ def read_jsonl(path: str | os.PathLike, report: bool = True) -> JsonlFile:
             values = loads(whole)
         except ValueError:  # orjson.JSONDecodeError is a ValueError too
             continue
+        if len(values) != len(lines):  # a line holding two values ("{...}, {...}") parses as two: find it below
+            break
         result.objects = list(zip(numbers, values))
         return result
     for i, (no, line) in enumerate(zip(numbers, lines)):
         try:
-            result.objects.append((no, json.loads(line)))
+            result.objects.append((no, json.loads(line)))  # json.loads refuses two values on one line
         except ValueError:
             if i == len(lines) - 1:
                 result.cut_last_line, result.cut_line_no = True, no

@@ -14,6 +14,7 @@ imported only to look up an estimator name that is neither verl's nor ours).
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import sys
 from collections.abc import Callable
@@ -106,6 +107,7 @@ def preflight(plan: Plan) -> Preflight:
     """Check data, recipe and overrides of ``plan``, and every cell's config with the checks the run makes before
     Ray starts (:func:`verl_isocompute.training.config.check_config`, the same function); raises PlanError /
     SweepError / RecipeError naming the fix."""
+    import yaml
     from omegaconf import OmegaConf
 
     from verl_isocompute.training.config import RecipeError, check_config
@@ -115,11 +117,13 @@ def preflight(plan: Plan) -> Preflight:
     cells = plan.runnable()
     overrides = {cell: cell_overrides(plan, cell, Path(plan.sweep_dir) / CELLS_DIR / cell.id) for cell in cells}
     cfg = compose(plan.recipe, overrides[cells[0]])
-    cell_keys = set(CELL_KEYS)
+    cell_cfg = copy.deepcopy(cfg)  # one copy, its cell keys set per cell (a merge per cell would copy it each time)
     for cell in cells:
         # the first cell's composed config with this cell's own keys (the plan's overrides never set them)
-        own = [o for o in overrides[cell] if o.split("=", 1)[0] in cell_keys]
-        cell_cfg = cfg if cell == cells[0] else OmegaConf.merge(cfg, OmegaConf.from_dotlist(own))
+        for override in overrides[cell]:
+            key, value = override.split("=", 1)
+            if key in CELL_KEYS:
+                OmegaConf.update(cell_cfg, key, yaml.safe_load(value), merge=False)
         try:
             check_config(cell_cfg)
         except RecipeError as exc:

@@ -1,0 +1,229 @@
+"""Bad input on the sweep's dry run, the entry point, curve files, input logs and written files (issue 22,
+section 6): one row per class, one clear line, nothing lost.
+
+- Sweep rows: ``isocompute sweep --dry-run`` with a plan that the run itself would refuse before Ray starts.
+  The dry run calls the same function as the entry point (``training.config.check_config``), so each
+  settings row is also run through the entry point's own ``prepare`` (in this process, on the recipe and
+  overrides of the plan's cell): both refuse it with the same message, and the entry point before anything
+  is built or started.
+- Curve rows: ``isocompute allocate --compare`` with a curve file whose per-n reward curves are impossible.
+- Unreadable-log rows: ``isocompute fit`` on a log it cannot read names that log, not the output directory.
+- Written files: every writer of ``verl_isocompute.atomic`` leaves the mode a plain write would, under two umasks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+
+from verl_isocompute.commands.cli import main
+
+BASE = {"recipe": "cpu_demo", "budget_rollouts": 64, "b_problem": [2], "n": [4], "overrides": ["isocompute.model=tiny"]}
+
+
+def _check(rc, out, err, status, message, prog):
+    assert "Traceback" not in err
+    if status == 0:
+        assert rc == 0, err
+        assert message in out
+        return
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == status and len(lines) == 1, err
+    assert lines[0].startswith(f"{prog}: error: ") and message in lines[0], lines[0]
+
+
+# --- the sweep's dry run and the entry point: one check ------------------------------------------------
+
+def _plan(overrides=(), **changes):
+    return {**BASE, "overrides": [*BASE["overrides"], *overrides], **changes}
+
+
+# (id, plan, piece of the one error line, refused by the entry point too)
+SWEEP_ROWS = [
+    ("warm-up schedule key", _plan(["actor_rollout_ref.actor.optim.lr_scheduler_type=constant"]),
+     "optim.lr_scheduler_type=constant: the isocompute trainer runs update k", True),
+    ("unknown lr rule", _plan(["isocompute.lr.rule=cube"]), "isocompute.lr: unknown lr rule 'cube'", True),
+    ("unknown zero-variance mode", _plan(["isocompute.zero_variance.mode=grups"]),
+     "isocompute.zero_variance.mode=grups: use one of off, groups, regularizers", True),
+    ("unknown estimator", _plan(["algorithm.adv_estimator=grpo_typo"]),
+     "algorithm.adv_estimator=grpo_typo is not an estimator verl knows", True),
+    ("n < 2 with a GRPO estimator", _plan(n=[1, 4]),
+     "cell b2_n1: algorithm.adv_estimator=isocompute_grpo compares rollouts of the same problem", True),
+    ("piece that needs our trainer", _plan(["trainer.v1.trainer_mode=sync", "+isocompute=[zero_variance]"]),
+     "is applied by the isocompute trainer only", True),
+    ("reuse of log-probs off-policy", _plan(["actor_rollout_ref.actor.ppo_epochs=2"]),
+     "isocompute.reuse_rollout_log_probs=true needs a fully on-policy recipe", True),
+    ("absurd budget", _plan(budget_rollouts="1e30"), "pays cell b2_n4 for 1.25e+29 steps of 8 rollouts, more than 10,000,000", False),
+    ("sweep_dir is a file", _plan(sweep_dir="a_file"), "a_file is a file; set sweep_dir in the plan", False),
+    ("sweep_dir under a file", _plan(sweep_dir="a_file/sweep"), "cannot be made: ", False),
+]
+
+
+@pytest.mark.parametrize(("plan", "message", "entry_point"), [pytest.param(*r[1:], id=r[0]) for r in SWEEP_ROWS])
+def test_the_dry_run_refuses_what_the_run_refuses(tmp_path, monkeypatch, capsys, plan, message, entry_point):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)
+    (tmp_path / "a_file").write_text("not a directory\n")
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan).replace("'1e30'", "1e30"))  # as a user writes it, unquoted
+    rc = main(["sweep", "--plan", str(path), "--dry-run"])
+    out, err = capsys.readouterr()
+    _check(rc, out, err, 2, message, "isocompute sweep")
+    if entry_point:
+        _entry_point_refuses(tmp_path, monkeypatch, plan, message.split(": ", 1)[-1] if message.startswith("cell ") else message)
+
+
+def _entry_point_refuses(tmp_path, monkeypatch, plan, message):
+    """``python -m verl_isocompute.main`` on the plan's (first refused) cell: prepare() raises the same line
+    before it builds the model (nothing appears in the model cache) or starts Ray (run_ppo is never reached)."""
+    from verl_isocompute import main as entry
+    from verl_isocompute.training import config
+    from verl_isocompute.workflow.sweep.plan import cell_overrides, parse_plan
+    from verl_isocompute.workflow.sweep.preflight import compose
+
+    monkeypatch.setattr(config, "prepare_model", lambda cfg: pytest.fail("the model was prepared before the check"))
+    parsed = parse_plan(plan, base_dir=tmp_path)
+    cell = parsed.runnable()[0]
+    cfg = compose(parsed.recipe, cell_overrides(parsed, cell, tmp_path / "run"))
+    environ = dict(os.environ)  # prepare() sets the platform's variables for the run it would start
+    try:
+        with pytest.raises(config.RecipeError) as info:
+            entry.run(cfg)
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_sweep_dir_flag_naming_a_file_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("x")
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(BASE))
+    rc = main(["sweep", "--plan", str(tmp_path / "plan.yaml"), "--dry-run", "--sweep-dir", "a_file"])
+    out, err = capsys.readouterr()
+    _check(rc, out, err, 2, "a_file is a file", "isocompute sweep")
+
+
+# --- per-n reward curves in a curve file -------------------------------------------------------------
+
+def _curve(field_change=None, entry_change=None, extra=None) -> dict:
+    """The paper's Easy sigmoid with two per-n reward curves as `isocompute fit` writes them, then changed."""
+    from verl_isocompute.scaling import load_curve
+    from verl_isocompute.scaling.compare import RewardCurve, reward_curves_field
+    from verl_isocompute.scaling.fit import SaturatingCurve
+
+    curves = [RewardCurve(8, 32, SaturatingCurve(0.2, 0.6, 1e4, 1.0), (1e3, 1e6), 2),
+              RewardCurve(16, 32, SaturatingCurve(0.2, 0.7, 3e4, 1.0), (2e3, 1e6), 2)]
+    field = reward_curves_field(curves)
+    field.update(field_change or {})
+    field["curves"][1].update(entry_change or {})
+    field["curves"].extend(extra or [])
+    return {**load_curve("paper:qwen2.5-7b-easy").to_dict(), "reward_curves": field}
+
+
+CURVE_ROWS = [
+    ("well formed", _curve(), 0, "C_n(R*)"),
+    ("asymptote above the metric's range", _curve(entry_change={"A": 1.7}),
+     2, "curves[1] (n=16): R0 = 0.2 and A = 1.7 must lie in [0, 1], the range of val/avg@4"),
+    ("reward falling with compute", _curve(entry_change={"R0": 0.8}), 2, "curves[1] (n=16) needs C_mid > 0, beta > 0, R0 <= A"),
+    ("two curves for one n", _curve(entry_change={"n": 8}), 2, "curves[1] (n=8): a second curve for n=8 (curves[0] is the first)"),
+    ("two curves for one (n, b_problem)", _curve({"group_by": "n,b_problem"}, {"n": 8}), 2,
+     "a second curve for n=8, b_problem=32"),
+    ("fractional n", _curve(entry_change={"n": 12.5}), 2, "n, b_problem and runs must be positive integers"),
+    ("n as a string", _curve(entry_change={"n": "16"}), 2, "got n='16'"),
+    ("boolean reward", _curve(entry_change={"A": True}), 2, "must be finite numbers"),
+]
+
+
+@pytest.mark.parametrize(("curve", "status", "message"), [pytest.param(*r[1:], id=r[0]) for r in CURVE_ROWS])
+def test_allocate_compare_refuses_impossible_reward_curves(tmp_path, capsys, curve, status, message):
+    path = tmp_path / "curve.json"
+    path.write_text(json.dumps(curve))
+    rc = main(["allocate", "--curve", str(path), "--budget", "1e5", "--compare", "all"])
+    out, err = capsys.readouterr()
+    _check(rc, out, err, status, message, "isocompute allocate")
+    if status:  # refused on load: allocate without --compare, and fit --compare, read the same file
+        assert main(["allocate", "--curve", str(path), "--budget", "1e5"]) == 2
+        assert message in capsys.readouterr().err
+
+
+# --- an input log that cannot be read ----------------------------------------------------------------
+
+def _unreadable(path: Path) -> None:
+    """A file whose read fails: mode 000 for a user; for root (who reads any mode) a link to /proc/self/mem,
+    a regular file whose read fails with EIO."""
+    if os.geteuid() == 0:
+        path.symlink_to("/proc/self/mem")
+    else:
+        path.write_text('{"header": {}}\n')
+        path.chmod(0)
+
+
+@pytest.mark.parametrize("given", ["run directory", "isocompute.jsonl", "verl file-logger .jsonl"])
+def test_fit_names_an_unreadable_input_log_not_the_output(tmp_path, capsys, given):
+    from verl_isocompute.scaling import load_curve
+    from verl_isocompute.scaling.synthetic import curves_for, synthetic_sweep, write_run_logs
+
+    write_run_logs(synthetic_sweep(curves_for(load_curve("paper:qwen2.5-7b-easy")), points_per_run=12, seed=1),
+                   tmp_path / "runs")
+    run = next(p for p in sorted((tmp_path / "runs").iterdir()))
+    bad = run / ("isocompute.jsonl" if given != "verl file-logger .jsonl" else "verl_metrics.jsonl")
+    if given == "verl file-logger .jsonl":
+        (run / "isocompute.jsonl").unlink()
+    else:
+        bad.unlink()
+    _unreadable(bad)
+    runs = {"run directory": tmp_path / "runs"}.get(given, bad)
+    out_dir = tmp_path / "fit"
+    rc = main(["fit", str(runs), "--out", str(out_dir), "--bootstrap", "0"])
+    out, err = capsys.readouterr()
+    _check(rc, out, err, 2, f"{bad}: cannot read it (", "isocompute fit")
+    assert "cannot write" not in err and not out_dir.exists()
+
+
+# --- files written through atomic.py keep the umask ------------------------------------------------
+
+def _writers(folder: Path):
+    from verl_isocompute import atomic, jsonl, runlog
+
+    def replacing(path):
+        with atomic.replacing(path) as tmp:
+            tmp.write_text("x")
+
+    return {
+        "write_text": lambda: atomic.write_text(folder / "a.txt", "x"),
+        "write_json (curve.json, reports, state)": lambda: atomic.write_json(folder / "curve.json", {"a": 1}),
+        "replacing (parquet, plots)": lambda: replacing(folder / "set.parquet"),
+        "staged_dir (fit outputs)": lambda: _staged(atomic, folder),
+        "run log": lambda: runlog.write_run_log(folder, {}, []),
+        "gzip JSON lines (traces)": lambda: jsonl.write_jsonl(folder / "traces.jsonl.gz", [{"a": 1}]),
+    }
+
+
+def _staged(atomic, folder: Path) -> None:
+    with atomic.staged_dir(folder / "fit") as staging:
+        atomic.write_text(staging / "report.md", "ok")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o007], ids=["umask 022", "umask 007"])
+def test_written_files_honour_the_umask_as_a_plain_write_would(tmp_path, umask):
+    before = os.umask(umask)
+    try:
+        (tmp_path / "plain.txt").write_text("x")  # what a plain write leaves
+        expected = stat.S_IMODE((tmp_path / "plain.txt").stat().st_mode)
+        assert expected == 0o666 & ~umask
+        for name, write in _writers(tmp_path).items():
+            write()
+            write()  # a second write replaces the first: the same mode again
+        written = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "plain.txt"]
+        assert len(written) == 6, written
+        modes = {str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.stat().st_mode)) for p in written}
+        assert set(modes.values()) == {oct(expected)}, modes
+    finally:
+        os.umask(before)
