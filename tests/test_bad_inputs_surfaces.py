@@ -20,21 +20,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_bad_inputs_workflow import _check  # exit status and the one error line
 
 from verl_isocompute.commands.cli import main
 
 BASE = {"recipe": "cpu_demo", "budget_rollouts": 64, "b_problem": [2], "n": [4], "overrides": ["isocompute.model=tiny"]}
-
-
-def _check(rc, out, err, status, message, prog):
-    assert "Traceback" not in err
-    if status == 0:
-        assert rc == 0, err
-        assert message in out
-        return
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert rc == status and len(lines) == 1, err
-    assert lines[0].startswith(f"{prog}: error: ") and message in lines[0], lines[0]
 
 
 # --- the sweep's dry run and the entry point: one check ------------------------------------------------

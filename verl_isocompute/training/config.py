@@ -250,7 +250,7 @@ def check_config(cfg: DictConfig) -> None:
     the allocation (the resolvers of ``optim.lr`` and the allocated keys), the ``isocompute`` block's own
     interpolations (a piece that needs our trainer) and the reuse of the rollout's log-probs. ``cfg`` may be
     resolved or only composed: only the keys checked are resolved, so nothing is built here (the built-in
-    model, generated data and a guided mixture are checked where :func:`prepare` makes them). Raises
+    model, generated data, a guided mixture and the CPU dtype are checked where :func:`prepare` makes them). Raises
     :class:`RecipeError` naming the key and the fix.
     """
     from omegaconf.errors import InterpolationResolutionError

@@ -51,12 +51,12 @@ def is_correct(score: Any, acc: Any = None) -> bool:
     a reward's dict on as ``reward_extra_info``; ours and verl's DAPO reward give ``acc``), else
     ``score > 0.5``.
 
-    The playbook's rewards are binary (arXiv 2603.12151: 1 for a verified answer, else 0), and so are
-    verl's default scorers, or +1 / -1. Rewards with a format bonus give a wrong but well-formed answer a
-    little (e.g. 0.1): ``score > 0`` would call it correct, so that every group looks all-correct to the
-    zero-variance filter while curation, which used 0.5, put the same problem in the Hard set. The midpoint
-    0.5 separates right from wrong for 0/1, +-1 and such bonuses alike, and one rule serves training,
-    validation and curation, so a difficulty set and the training accuracy never disagree about a sample.
+    The playbook's rewards are binary (arXiv 2603.12151: 1 for a verified answer, else 0), and verl's
+    default scorers give 0/1 or +1/-1. A reward with a format bonus gives a wrong but well-formed answer a
+    little (e.g. 0.1): ``score > 0`` would call that answer correct, and the zero-variance filter would see
+    an all-correct group where curation (which used 0.5) saw a Hard problem. The midpoint 0.5 separates
+    right from wrong for 0/1, +1/-1 and such bonuses alike; one rule for training, validation and curation
+    means a difficulty set and the training accuracy never disagree about a sample.
     """
     if acc is not None:
         return bool(acc)
