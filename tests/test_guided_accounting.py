@@ -191,3 +191,21 @@ def test_fit_can_count_c_with_the_guidance_spend(tmp_path, capsys):
     assert fit_main([str(tmp_path / "runs"), "--out", str(tmp_path / "fit"), "--compute", "rollouts_with_guidance",
                      "--bootstrap", "0"]) in (0, 1), capsys.readouterr().err
     assert load_curve(tmp_path / "fit" / "curve.json").compute_unit == "rollouts_with_guidance"
+
+
+def test_fit_can_count_c_with_curation_for_both_arms(tmp_path):
+    """rollouts_with_curation: guided runs add guidance + curation, unguided baselines their curation only (both
+    arms curate the same problems); a run logging neither counts its rollouts."""
+    truth = load_curve("paper:qwen2.5-7b-easy")
+    sweep = synthetic_sweep({n: c for n, c in curves_for(truth).items() if n in (16, 64, 256)}, points_per_run=20, seed=4)
+    guided, baseline = sweep["n"] == 64, sweep["n"] == 16
+    sweep["rollouts_with_guidance"] = np.where(guided, sweep["rollouts"] + 5e5, np.where(baseline, sweep["rollouts"], np.nan))
+    sweep["rollouts_with_curation"] = np.where(guided, sweep["rollouts"] + 7e5, np.where(baseline, sweep["rollouts"] + 2e5, np.nan))
+    write_run_logs(sweep, tmp_path / "runs")
+    logs = load_runs([tmp_path / "runs"])
+    points, notes = validation_points(logs, compute="rollouts_with_curation")
+    plain, _ = validation_points(logs, compute="rollouts")
+    both = points.merge(plain, on=["run", "n", "step"], suffixes=("", "_plain"))
+    spent = (both["C"] - both["C_plain"]).groupby(both["n"]).unique()
+    assert {n: list(v) for n, v in spent.items()} == {16: [2e5], 64: [7e5], 256: [0.0]}
+    assert any(note.startswith("no spend logged") for note in notes)

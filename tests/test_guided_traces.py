@@ -196,3 +196,29 @@ def test_guide_command_and_recipe_key_read_traces(tmp_path, capsys):
     cfg.isocompute.guided.traces = str(_curated_dir(tmp_path / "e", df, {}))  # curated with the flag, none correct
     with pytest.raises(ValueError, match="isocompute.guided: no problem has a usable trace"):
         prepare_guided(cfg)
+
+
+def test_token_cuts_keep_the_traces_own_ids_and_need_its_model(tmp_path, tiny_model_path):
+    """cut=tokens: the first h kept ids of the shortest trace, two lengths with copies=2, the text decoded with
+    the tokenizer of the model named in curation.json; assistant placement only; no curation.json is one line."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    df = frame(2)
+    ids = [t for ch in TRACE for t in tok.encode(ch, add_special_tokens=False)]  # a tokenisation, not the tokenizer's own
+    out = _curated_dir(tmp_path, df, {0: [{"sample": 0, "text": TRACE, "token_ids": ids}]})
+    options = GuideOptions(traces=str(out), cut="tokens", copies=2, fraction=0.5, max_fraction=0.5)
+    with pytest.raises(T.TracesError, match="curation.json: cannot load the tokenizer of the model that sampled the traces"):
+        options.build(df)
+    (out / "curation.json").write_text(json.dumps({"model": str(tiny_model_path)}))
+    result = options.build(df)
+    guided = [i for i in result.frame["extra_info"] if i["guided"]]
+    assert (result.guided, dict(result.skipped)) == (2, {NO_TRACE: 1})
+    n = len(ids)
+    assert [list(i["guide_prefix_ids"]) for i in guided] == [ids[: n // 4], ids[: n // 2]]
+    assert [i["guide_prefix"] for i in guided] == [tok.decode(ids[: n // 4]), tok.decode(ids[: n // 2])]
+    assert all(i["placement"] == ASSISTANT for i in guided)
+    with pytest.raises(ValueError, match="token cuts append kept token ids to the prompt: they need placement=assistant"):
+        GuideOptions(traces=str(out), cut="tokens", placement=USER).build(df)

@@ -85,8 +85,8 @@ class GuidedDataset:
 
     def summary(self) -> str:
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(self.skipped.items())) or "none"
-        short = (f"; the ratio asked for {self.wanted} problems, only {self.eligible} problems have a usable prefix"
-                 if self.problems_guided < self.wanted else "")
+        asked = f" (the ratio asked for {self.wanted})" if self.wanted < self.problems else ""
+        short = f"; only {self.eligible} problems have a usable prefix{asked}" if self.problems_guided < self.wanted else ""
         ratio = "no unguided row" if not self.unguided else f"{self.ratio:.2f} guided per unguided"
         fallback = f", {self.fallback} of them at the fixed fraction (no searched prefix)" if self.fallback else ""
         return (f"{self.unguided} unguided + {self.guided} guided rows ({ratio}: {self.problems_guided} of {self.problems} "

@@ -14,7 +14,9 @@ sampling as curation, :mod:`verl_isocompute.workflow.rollouts`):
 2. every rung's guided prompt is built and measured as training will: ``user`` placement -> the chat template
    over :func:`verl_isocompute.guided.placement.user_turn`'s messages; ``assistant`` -> the unguided prompt's ids
    + the prefix's ids (:func:`verl_isocompute.guided.agent_loop.continuation_prompt_ids`, the training agent
-   loop's function). A rung fits only if verl's ``filter_overlong_prompts`` would keep its row
+   loop's function). The recipe is composed as a guided run of it (``isocompute.guided.enable=true``), so
+   ``data.max_prompt_length`` is the one a guided run uses (the CPU overlay's is longer then). A rung fits
+   only if verl's ``filter_overlong_prompts`` would keep its row
    (:mod:`verl_isocompute.guided.lengths`: for the assistant placement verl measures more than is sent), so
    a chosen prefix is never dropped by the training run; the ladder ends at the first rung that does not fit,
    and a search in which no rung of any problem fits stops with one line naming ``data.max_prompt_length``;
@@ -56,6 +58,9 @@ from verl_isocompute.guided.prefix_search import (
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION
 from verl_isocompute.guided.search import CHOSEN, EXHAUSTED, PENDING, POPE, RULES, Decision, decisions, next_rungs
 from verl_isocompute.workflow.curate import DEFAULT_K, CurateError, SampleCache, load_parquet, screen
+
+
+GUIDED_ENABLE = "isocompute.guided.enable"
 
 
 class PrefixSearchError(CurateError):
@@ -168,7 +173,8 @@ def prefix_search(settings: PrefixSearchSettings, log: Callable[[str], None] = _
     from verl_isocompute.workflow.curate import model_overrides, sampling_config, sampling_dtype, sampling_identity
     from verl_isocompute.workflow.rollouts import KSampler
 
-    cfg = sampling_config(settings.recipe, [*model_overrides(settings.model), *settings.overrides])
+    # composed as a guided run of the recipe: its data.max_prompt_length is the one the guided rows must fit
+    cfg = sampling_config(settings.recipe, [f"{GUIDED_ENABLE}=true", *model_overrides(settings.model), *settings.overrides])
     identity = {**sampling_identity(cfg, settings.k), "placement": placement, "solution_key": settings.source}
     sampler = KSampler(cfg, settings.k, settings.concurrency)
     searchable = sum(p.reason is None for p in problems)
