@@ -135,3 +135,21 @@ def test_prefix_search_where_no_rung_fits_stops_with_one_line(tmp_path, tiny_mod
     assert last.startswith("isocompute prefix-search: error: data.max_prompt_length=96 is shorter than every guided "
                            "prompt of the 3 problems with a prefix") and "set data.max_prompt_length=" in last
     assert not (tmp_path / "out" / "rungs.jsonl").exists() and "all decided" not in proc.stderr
+
+
+def test_a_guided_run_whose_rows_verl_would_drop_refuses_before_it_starts(tmp_path, tiny_model_path):
+    """The real entry point, the guided recipe on the CPU overlay with its old 96-token prompts (given here on
+    the command line): before, verl dropped every guided row and the run trained unguided with exit 0; now
+    exit 2 before Ray starts, one line naming data.max_prompt_length and the count."""
+    worked_arithmetic(6, terms=5).to_parquet(tmp_path / "train.parquet")
+    worked_arithmetic(2, terms=5, seed=1).to_parquet(tmp_path / "val.parquet")
+    proc = subprocess.run([sys.executable, "-m", "verl_isocompute.main", "--config-name", "isocompute_hard_guided",
+                           "+platform=cpu", "isocompute.model=tiny", "isocompute.data.source=files",
+                           f"data.train_files={tmp_path / 'train.parquet'}", f"data.val_files={tmp_path / 'val.parquet'}",
+                           "data.max_prompt_length=96", "trainer.total_training_steps=1", f"isocompute.run_dir={tmp_path / 'run'}"],
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("isocompute: error: data.max_prompt_length=96 is too short for the guided rows: verl's "
+                           "filter_overlong_prompts would drop 6 of the 6 guided rows"), last
+    assert not (tmp_path / "run" / "isocompute.jsonl").exists()  # nothing trained
