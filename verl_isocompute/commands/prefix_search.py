@@ -3,9 +3,9 @@
 For every problem of the verl parquet files, the solution (--solution-key), or with --traces CURATE_OUT the
 problem's kept correct response (PrefixRL's trace), is cut into a ladder of prefixes at line / sentence ends,
 at most --max-fraction of it. A rung whose guided prompt verl's filter_overlong_prompts would drop from
-training ends the ladder; when no rung fits at all the search stops, naming data.max_prompt_length. Rounds of
-k guided samples per pending rung
-then climb each ladder through the recipe's rollout servers (hf on CPU recipes, vLLM on GPUs), with the
+training (at the data.max_prompt_length of a guided run of the recipe) ends the ladder; when no rung fits at
+all the search stops, naming data.max_prompt_length. Rounds of k guided samples per pending rung then climb
+each ladder through the recipe's rollout servers (hf on CPU recipes, vLLM on GPUs), with the
 prompts training will see (--placement user: POPE's instruction + prefix in the user turn; assistant:
 PrefixRL's prefix as the start of the assistant turn) and the reward scoring the continuation only.
 --rule pope (arXiv 2601.18779): the shortest prefix with at least one of k correct. --rule band (PrefixRL,
@@ -13,7 +13,8 @@ arXiv 2601.18795): the first rung whose guided avg@k is in [LOW, HIGH]. The samp
 rollout's dtype (the report says which), which need not be the dtype a training run computes in.
 
 Writes into OUT: prefixes.parquet (per problem: status chosen / exhausted / skipped, reason, rung, prefix,
-prefix_fraction, guided avg@k, n_rungs), report.md, prefix_search.png, spend.json (stage prefix_search).
+prefix_fraction, guided avg@k, n_rungs), report.md, prefix_search.png, spend.json (stage prefix_search, in
+total and per problem).
 Samples are cached per rung (rungs.jsonl): rerun the same command to resume. Then:
 isocompute guide TRAIN -o GUIDED --prefixes OUT --placement PLACEMENT.
 
