@@ -68,7 +68,8 @@ def test_the_run_trained_every_guided_row_it_made_and_counts_the_spend_on_its_pr
     guided = sum(bool(i["guided"]) for i in made["extra_info"])
     assert guided == 20 and header["dataset_size"] == len(made) == 40
     assert header["guided_mixture"]["guided"] == guided and header["guided_mixture"]["unguided"] == 20
-    assert all(r["isocompute/guided_rows"] > 0 for r in rows)  # guided rows in every step trained
+    trained = [r for r in rows if r["step"] >= 1]  # step 0: the validation before training
+    assert len(trained) == 2 and all(r["isocompute/guided_rows"] > 0 for r in trained)  # guided rows in every step
     records = _jsonl(walked / "prefixes" / "rungs.jsonl")
     assert header["spend_problems"] == 20
     assert header["guidance_spend"]["curation"]["rollouts"] == 20 * K  # not the 4 validation problems' 16
