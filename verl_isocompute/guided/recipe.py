@@ -6,15 +6,19 @@ which becomes ``data.train_files``: by our entry point before Ray starts, or, th
 ``main_ppo``, by our trainer before verl builds its datasets (:func:`prepare_guided` is applied once: a config
 already pointing at the mixture is left alone). The prefixes are cut from the ``solution_key`` column
 (oracle solutions, POPE) or, with ``traces`` set to a curation directory, from the base model's correct
-responses that ``isocompute curate --keep-correct`` kept there (PrefixRL, :mod:`verl_isocompute.guided.traces`).
-The same options drive ``isocompute guide``.
+responses that ``isocompute curate --keep-correct`` kept there (PrefixRL, :mod:`verl_isocompute.guided.traces`),
+at line ends or, with ``cut=tokens``, after h kept token ids; or each problem gets the prefix an
+``isocompute prefix-search`` chose (``prefixes``). ``copies``, ``originals`` and ``ratio`` shape the mixture
+(:func:`verl_isocompute.guided.placement.guided_dataset`). The same options drive ``isocompute guide``; a
+mixture without any guided row is refused by both (:func:`no_guided_rows`).
 
 Validation measures the unguided problems, POPE's transfer measure (arXiv 2601.18779): validation files are
 never transformed, and one holding guided rows is refused (:func:`check_validation_files`).
 
 ``isocompute.guided.spend`` lists the spend files (or their directories) of the guided data the run trains
 on (:mod:`verl_isocompute.guided.spend`): rollouts spent before training on curation, rejection sampling
-and the prefix search, which the run log adds to C for PrefixRL's comparison (arXiv 2601.18795).
+and the prefix search, counted on the training problems only, which the run log adds to C for PrefixRL's
+comparison (arXiv 2601.18795). What else is checked before training: :mod:`verl_isocompute.guided.training_set`.
 """
 
 from __future__ import annotations
