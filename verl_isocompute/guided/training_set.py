@@ -42,10 +42,13 @@ def _rows(paths: list[str], columns: list[str]) -> list[dict]:
 
 
 def training_problems(cfg) -> set[str] | None:
-    """The problem ids of ``data.train_files`` (None for remote files): ``extra_info.problem_id`` where the
-    guided mixture wrote it (a guided copy's prompt is not its problem's), else the row's own id."""
+    """The problem ids of ``data.train_files`` (None for remote files, or when no spend file is listed: nothing
+    to restrict): ``extra_info.problem_id`` where the guided mixture wrote it (a guided copy's prompt is not its
+    problem's), else the row's own id."""
+    from verl_isocompute.guided.recipe import guided_block, spend_locations
+
     paths = _local_train_files(cfg)
-    if paths is None:
+    if paths is None or not spend_locations(guided_block(cfg)):
         return None
     out = set()
     for row in _rows(paths, ["prompt", "reward_model", "extra_info"]):
