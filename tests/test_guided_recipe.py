@@ -103,6 +103,9 @@ def test_cpu_overlay_gives_the_guided_recipe_worked_problems_and_room_for_the_pr
     train = pd.read_parquet(guided.data.train_files)
     assert len(train) == 8 and all("\\boxed{" in i["solution"] for i in train["extra_info"])
     assert prepare_guided(guided).guided == 8  # every problem has a usable prefix under the recipe's quarter cap
+    from verl_isocompute.guided.training_set import check_guided_lengths
+
+    check_guided_lengths(guided)  # and verl's filter keeps every guided row at 256 tokens
 
 
 def test_curate_generates_worked_problems():
