@@ -36,6 +36,7 @@ def fresh_coverage(search_dir: Path, hard_file: Path, args, overrides: list[str]
     """k new guided samples at every chosen prefix: (problems with >= 1 correct, problems, rollouts)."""
     from verl_isocompute.guided import prefix_search as ps
     from verl_isocompute.workflow.curate import load_parquet, sampling_config, screen
+    from verl_isocompute.workflow.prefix_search import guided_prompts
     from verl_isocompute.workflow.rollouts import KSampler, running
 
     table = pd.read_parquet(search_dir / ps.PREFIXES_FILE).set_index("problem_id")
@@ -47,7 +48,7 @@ def fresh_coverage(search_dir: Path, hard_file: Path, args, overrides: list[str]
                 if p.problem_id in chosen.index]
     cfg = sampling_config("cpu_demo", overrides)
     sampler = KSampler(cfg, args.k)
-    prompts = ps.guided_prompts(problems, sampler, args.placement)
+    prompts = guided_prompts(problems, sampler, args.placement)
     batch = [{"problem_id": p.problem_id, "request_id": f"fresh-{p.problem_id}", "ground_truth": p.ground_truth,
               "prompt_ids": prompts[(p.problem_id, int(chosen.at[p.problem_id, "rung"]))],
               "data_source": p.data_source, "extra_info": p.extra_info} for p in problems]
@@ -75,6 +76,7 @@ def main() -> None:
     from verl_isocompute.data.worked import worked_arithmetic
     from verl_isocompute.guided import prefix_search as ps
     from verl_isocompute.guided import spend
+    from verl_isocompute.workflow import prefix_search as search
     from verl_isocompute.guided.prefixes import prefix_ladder
     from verl_isocompute.workflow import curate as c
 
@@ -102,7 +104,7 @@ def main() -> None:
     unguided_rollouts = int(difficulty["k"].sum())
 
     started = time.perf_counter()
-    summary = ps.prefix_search(ps.PrefixSearchSettings(
+    summary = search.prefix_search(search.PrefixSearchSettings(
         out=work / "search", data=(str(hard_file),), k=args.k, max_fraction=args.max_fraction,
         placement=args.placement, overrides=tuple(overrides)), progress=False)
     times["search"] = time.perf_counter() - started

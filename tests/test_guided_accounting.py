@@ -97,12 +97,12 @@ def test_traces_and_prefix_search_directories_bring_their_own_spend(tmp_path):
     curated.mkdir()
     block = {"enable": True, "traces": str(curated), "spend": []}
     assert spend_locations(block) == []
-    spend.write(curated, spend.CURATION, spend.Spend(32, 640))
+    spend.write(curated, spend.CURATION, {"p": spend.Spend(32, 640)})
     assert spend_locations(block) == [str(curated)]
     assert spend_locations({**block, "enable": False}) == []
     assert spend.total(spend_locations({**block, "spend": [str(curated / "spend.json")]})) == {"curation": spend.Spend(32, 640)}
     searched = tmp_path / "search"
-    spend.write(searched, spend.PREFIX_SEARCH, spend.Spend(24, 300))
+    spend.write(searched, spend.PREFIX_SEARCH, {"p": spend.Spend(24, 300)})
     (searched / "prefixes.parquet").write_bytes(b"")
     for prefixes in (searched, searched / "prefixes.parquet"):
         assert spend.total(spend_locations({**block, "prefixes": str(prefixes)})) == {
@@ -110,16 +110,21 @@ def test_traces_and_prefix_search_directories_bring_their_own_spend(tmp_path):
 
 
 def test_guidance_spend_sums_the_listed_files_and_names_a_missing_one(tmp_path):
-    spend.write(tmp_path / "search", spend.PREFIX_SEARCH, spend.Spend(40, 900))
-    spend.write(tmp_path / "traces", spend.REJECTION_SAMPLING, spend.Spend(100, 5000))
-    spend.write(tmp_path / "traces", spend.CURATION, spend.Spend(8, 80))
+    spend.write(tmp_path / "search", spend.PREFIX_SEARCH, {"p": spend.Spend(40, 900)})
+    spend.write(tmp_path / "traces", spend.REJECTION_SAMPLING, {"p": spend.Spend(60, 3000), "val": spend.Spend(40, 2000)})
+    spend.write(tmp_path / "traces", spend.CURATION, {"p": spend.Spend(8, 80), "easy": spend.Spend(8, 70)})
     locations = [str(tmp_path / "search"), str(tmp_path / "traces" / "spend.json")]
     stages = guidance_spend(spend_config(tmp_path, locations))
-    assert stages == {"prefix_search": spend.Spend(40, 900), "rejection_sampling": spend.Spend(100, 5000), "curation": spend.Spend(8, 80)}
-    # the run log: header {stage: {rollouts, tokens}}; each row's C and tokens plus the totals
-    assert spend.as_json(stages)["prefix_search"] == {"rollouts": 40, "tokens": 900}
-    assert spend.with_guidance(1000, 20_000, stages) == {"rollouts_with_guidance": 1148, "tokens_with_guidance": 25_980}
-    assert spend.with_guidance(1000, 20_000, {}) == {"rollouts_with_guidance": 1000, "tokens_with_guidance": 20_000}
+    assert stages == {"prefix_search": spend.Spend(40, 900), "rejection_sampling": spend.Spend(100, 5000), "curation": spend.Spend(16, 150)}
+    # a run counts the spend on its training problems only (here "p"): not the validation or non-Hard problems
+    trained = guidance_spend(spend_config(tmp_path, locations), {"p"})
+    assert trained == {"prefix_search": spend.Spend(40, 900), "rejection_sampling": spend.Spend(60, 3000), "curation": spend.Spend(8, 80)}
+    # the run log: header {stage: {rollouts, tokens}}; each row's C and tokens plus the guidance, then curation
+    assert spend.as_json(trained)["prefix_search"] == {"rollouts": 40, "tokens": 900}
+    assert spend.with_guidance(1000, 20_000, trained) == {"rollouts_with_guidance": 1100, "tokens_with_guidance": 23_900,
+                                                          "rollouts_with_curation": 1108, "tokens_with_curation": 23_980}
+    assert spend.with_guidance(1000, 20_000, {}) == {"rollouts_with_guidance": 1000, "tokens_with_guidance": 20_000,
+                                                     "rollouts_with_curation": 1000, "tokens_with_curation": 20_000}
     with pytest.raises(RecipeError, match=f"isocompute.guided.spend: {tmp_path / 'nope'} holds no spend.json"):
         prepare_guided_data(spend_config(tmp_path, [*locations, str(tmp_path / "nope")]))
     (tmp_path / "bad.json").write_text("{}")
@@ -186,3 +191,21 @@ def test_fit_can_count_c_with_the_guidance_spend(tmp_path, capsys):
     assert fit_main([str(tmp_path / "runs"), "--out", str(tmp_path / "fit"), "--compute", "rollouts_with_guidance",
                      "--bootstrap", "0"]) in (0, 1), capsys.readouterr().err
     assert load_curve(tmp_path / "fit" / "curve.json").compute_unit == "rollouts_with_guidance"
+
+
+def test_fit_can_count_c_with_curation_for_both_arms(tmp_path):
+    """rollouts_with_curation: guided runs add guidance + curation, unguided baselines their curation only (both
+    arms curate the same problems); a run logging neither counts its rollouts."""
+    truth = load_curve("paper:qwen2.5-7b-easy")
+    sweep = synthetic_sweep({n: c for n, c in curves_for(truth).items() if n in (16, 64, 256)}, points_per_run=20, seed=4)
+    guided, baseline = sweep["n"] == 64, sweep["n"] == 16
+    sweep["rollouts_with_guidance"] = np.where(guided, sweep["rollouts"] + 5e5, np.where(baseline, sweep["rollouts"], np.nan))
+    sweep["rollouts_with_curation"] = np.where(guided, sweep["rollouts"] + 7e5, np.where(baseline, sweep["rollouts"] + 2e5, np.nan))
+    write_run_logs(sweep, tmp_path / "runs")
+    logs = load_runs([tmp_path / "runs"])
+    points, notes = validation_points(logs, compute="rollouts_with_curation")
+    plain, _ = validation_points(logs, compute="rollouts")
+    both = points.merge(plain, on=["run", "n", "step"], suffixes=("", "_plain"))
+    spent = (both["C"] - both["C_plain"]).groupby(both["n"]).unique()
+    assert {n: list(v) for n, v in spent.items()} == {16: [2e5], 64: [7e5], 256: [0.0]}
+    assert any(note.startswith("no spend logged") for note in notes)

@@ -1,14 +1,20 @@
 """End to end: a guided dataset (POPE user-turn rows, PrefixRL assistant-turn rows, unguided originals, in
 one dataset) through the Hard recipe in a real CPU verl run (tiny model, 2 steps).
 
+The assistant-turn rows use PrefixRL's own choices: two copies per problem at different prefix lengths, cut
+by tokens from a kept trace (its token ids appended as they are, never re-tokenised), made with
+``originals=none`` (prefixed problems only; the user-turn transform brings the originals).
+
 What the actor workers train on is read back from the TransferQueue after the advantage step by a test
 trainer (tests/fixtures/batch_dump_trainer.py): prompt ids, response ids, ``response_mask``, ``loss_mask``
 and ``extra_info`` of every row. Checked: every guided row's prompt holds its prefix (assistant placement:
-the prompt ids are exactly the unguided prompt's ids followed by the prefix's ids, so no prefix token can be
-a response token and none is under ``response_mask``); the masks cover exactly the response; validation
+the prompt ids are exactly the unguided prompt's ids followed by the trace's kept ids, so no prefix token can
+be a response token and none is under ``response_mask``); the masks cover exactly the response; validation
 sees only the unguided problems; guided and unguided training accuracy are logged apart, and per placement.
-The trainer's own run-time check (guided/check.py) ran on every assistant-placed row of every step, and the
-run log adds the spend files of the guided data (``isocompute.guided.spend``) to C.
+The trainer's own run-time check (guided/check.py) ran on every assistant-placed row of every step; the run
+log records the mixture as verl built it (every guided row made is trained on) and adds the spend files of
+the guided data (``isocompute.guided.spend``) to C, counting only the problems of the training set (pinned
+by hand-counted spend files that also hold validation and non-Hard problems).
 """
 
 from __future__ import annotations
@@ -21,13 +27,15 @@ import pytest
 from verl_runs import FIXTURES, PARITY_REWARD, Run, run_recipe
 
 from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
+from verl_isocompute.data.problems import row_problem_id
 from verl_isocompute.guided import placement as G
 from verl_isocompute.guided import spend
+from verl_isocompute.guided import traces as T
+from verl_isocompute.guided.recipe import GuideOptions
 
 pytestmark = pytest.mark.e2e
 B_PROBLEM, N, STEPS = 8, 4, 2
-# What the (simulated) tools that made the guided data spent before training: two spend files.
-SPENT = {spend.PREFIX_SEARCH: spend.Spend(96, 12_345), spend.REJECTION_SAMPLING: spend.Spend(512, 70_000)}
+S = spend.Spend
 
 
 def with_solutions(path: Path) -> pd.DataFrame:
@@ -41,26 +49,55 @@ def with_solutions(path: Path) -> pd.DataFrame:
     return df
 
 
-def mixed_dataset(problems: pd.DataFrame) -> pd.DataFrame:
-    """Originals + assistant-placed guided copies (one transform) + user-placed guided copies (another)."""
+def kept_traces(problems: pd.DataFrame, root: Path, tok, model: Path) -> Path:
+    """A curation directory as ``curate --keep-correct`` writes it: one kept trace per problem whose token ids
+    are the solution tokenised one character at a time, a valid tokenisation that is NOT the tokenizer's own
+    (so a prefix re-tokenised from its text would differ from the kept ids)."""
+    out = root / "curated"
+    out.mkdir()
+    writer = T.TraceWriter(out / T.TRACES_FILE)
+    for row in problems.to_dict("records"):
+        ids = [t for ch in row["extra_info"]["solution"] for t in tok.encode(ch, add_special_tokens=False)]
+        writer.write(T.trace_lines(row_problem_id(row), 0, [{"sample": 0, "text": tok.decode(ids), "token_ids": ids}]))
+    writer.close()
+    (out / "curation.json").write_text(json.dumps({"model": str(model)}))
+    return out
+
+
+def mixed_dataset(problems: pd.DataFrame, traces: Path) -> tuple[pd.DataFrame, int]:
+    """Originals + user-placed guided copies (one transform) + two assistant-placed token-cut copies per problem
+    (another, with originals none); and how many guided rows were made."""
     kw = {"fraction": 0.5, "max_fraction": 0.5}
-    assistant = G.guided_dataset(problems, "extra_info.solution", placement=G.ASSISTANT, **kw)
+    assistant = GuideOptions(traces=str(traces), cut="tokens", copies=2, originals="none", **kw).build(problems)
     user = G.guided_dataset(problems, "extra_info.solution", placement=G.USER, **kw)
-    assert assistant.guided == user.guided == len(problems)
-    user_rows = user.frame[[i["guided"] for i in user.frame["extra_info"]]].assign(agent_name=G.DEFAULT_AGENT)
-    return pd.concat([assistant.frame, user_rows], ignore_index=True)
+    assert user.guided == len(problems) and assistant.guided == 2 * len(problems) and assistant.unguided == 0
+    made = pd.concat([assistant.frame, user.frame.assign(agent_name=G.DEFAULT_AGENT)], ignore_index=True)
+    return made, assistant.guided + user.guided
+
+
+def spend_files(root: Path, problems: pd.DataFrame) -> dict[str, S]:
+    """Two spend files holding the training problems' spend and spend on problems the run does not train on
+    (validation, non-Hard); returns the stages counted by hand over the training problems only."""
+    trained = [row_problem_id(r) for r in problems.to_dict("records")]
+    spend.write(root / "search", spend.PREFIX_SEARCH, {**{pid: S(4, 10) for pid in trained[:10]}, "val-1": S(8, 99)})
+    spend.write(root / "traces", spend.CURATION, {**{pid: S(16, 100 + i) for i, pid in enumerate(trained)},
+                                                 "easy-1": S(16, 500), "val-1": S(16, 400)})
+    spend.write(root / "traces", spend.REJECTION_SAMPLING, {trained[0]: S(32, 700), "val-2": S(64, 900)})
+    return {spend.PREFIX_SEARCH: S(40, 100), spend.CURATION: S(256, 16 * 100 + sum(range(16))),
+            spend.REJECTION_SAMPLING: S(32, 700)}
 
 
 @pytest.fixture(scope="module")
 def guided_run(tmp_path_factory, isocompute_cache, tiny_model_path) -> tuple[Run, pd.DataFrame, Path]:
+    from transformers import AutoTokenizer
+
     root = tmp_path_factory.mktemp("guided")
     train, val = write_arithmetic_dataset(root / "data", ArithmeticSpec(train_size=16, val_size=8))
     problems = with_solutions(train)
-    mixed = mixed_dataset(problems)
+    mixed, made = mixed_dataset(problems, kept_traces(problems, root, AutoTokenizer.from_pretrained(tiny_model_path), tiny_model_path))
     mixed.to_parquet(root / "guided.parquet", index=False)
     dump = root / "batches"
-    spend.write(root / "search", spend.PREFIX_SEARCH, SPENT[spend.PREFIX_SEARCH])
-    spend.write(root / "traces", spend.REJECTION_SAMPLING, SPENT[spend.REJECTION_SAMPLING])
+    counted = spend_files(root, problems)
     run = run_recipe(
         "isocompute_hard", root / "run", "+platform=cpu", PARITY_REWARD, "isocompute.data.source=files",
         f"data.train_files={root / 'guided.parquet'}", f"data.val_files={val}", "data.max_prompt_length=256",
@@ -69,7 +106,7 @@ def guided_run(tmp_path_factory, isocompute_cache, tiny_model_path) -> tuple[Run
         f"isocompute.guided.spend=[{root / 'search'},{root / 'traces' / 'spend.json'}]",
         env={"PYTHONPATH": str(FIXTURES), "VERL_USE_EXTERNAL_MODULES": "batch_dump_trainer", "ISOCOMPUTE_BATCH_DUMP": str(dump)},
     )
-    return run, problems, dump
+    return run, problems, dump, mixed, made, counted
 
 
 def dumped_rows(dump: Path) -> list[dict]:
@@ -81,7 +118,7 @@ def dumped_rows(dump: Path) -> list[dict]:
 def test_prompts_hold_the_prefix_and_masks_cover_only_the_response(guided_run, tiny_model_path):
     from transformers import AutoTokenizer
 
-    _, problems, dump = guided_run
+    _, problems, dump, *_ = guided_run
     tok = AutoTokenizer.from_pretrained(tiny_model_path)
     originals = {i["index"]: list(p) for i, p in zip(problems["extra_info"], problems["prompt"], strict=True)}
 
@@ -102,7 +139,8 @@ def test_prompts_hold_the_prefix_and_masks_cover_only_the_response(guided_run, t
         prefix_ids = tok.encode(info["guide_prefix"], add_special_tokens=False)
         assert info["guide_prefix"] in tok.decode(prompt)
         if info["placement"] == G.ASSISTANT:
-            # prompt = unguided prompt + prefix: every prefix token sits before the first response token
+            # prompt = unguided prompt + the trace's kept ids: every prefix token sits before the first response token
+            prefix_ids = [int(t) for t in info["guide_prefix_ids"]]
             assert prompt == render(messages) + prefix_ids
         else:
             assert prompt == render(G.user_turn(messages, info["guide_prefix"]))
@@ -111,7 +149,7 @@ def test_prompts_hold_the_prefix_and_masks_cover_only_the_response(guided_run, t
 
 
 def test_validation_sees_only_unguided_problems(guided_run):
-    run, _, _ = guided_run
+    run, *_ = guided_run
     samples = [json.loads(x) for f in sorted((run.run_dir / "validation").glob("*.jsonl")) for x in f.read_text().splitlines()]
     assert samples
     for s in samples:  # every guided prompt holds "Step 1: read problem" (test_prompts_hold_the_prefix...)
@@ -119,9 +157,8 @@ def test_validation_sees_only_unguided_problems(guided_run):
 
 
 def test_guided_and_unguided_accuracy_are_logged_apart(guided_run):
-    run, _, dump = guided_run
+    run, _, dump, *_ = guided_run
     header, *rows = run.run_log
-    assert header["header"]["dataset_size"] == 16 * 3  # nothing filtered: originals + two guided copies each
     for step in range(1, STEPS + 1):
         batch = [json.loads(x) for x in (dump / f"{step}.jsonl").read_text().splitlines()]
         row = next(r for r in rows if r["step"] == step)
@@ -134,7 +171,7 @@ def test_guided_and_unguided_accuracy_are_logged_apart(guided_run):
 
 
 def test_trainer_checked_every_assistant_prefix_and_logs_each_placement(guided_run):
-    run, _, dump = guided_run
+    run, _, dump, *_ = guided_run
     rows = {r["step"]: r for r in run.run_log[1:]}
     for step in range(1, STEPS + 1):
         batch = [json.loads(x) for x in (dump / f"{step}.jsonl").read_text().splitlines()]
@@ -147,12 +184,49 @@ def test_trainer_checked_every_assistant_prefix_and_logs_each_placement(guided_r
             assert row[f"isocompute/guided_{placement}/train_acc"] == pytest.approx(sum(b["score"] for b in of_kind) / len(of_kind))
 
 
+def test_every_guided_row_made_is_trained_and_the_mixture_is_on_record(guided_run):
+    """The mixture verl built (after its prompt filter) is the mixture made: 16 originals, 16 user-placed and
+    32 assistant-placed guided rows; the run log says the real ratio (3 guided per unguided, not 1:1)."""
+    run, problems, _, mixed, made, _ = guided_run
+    header = run.run_log[0]["header"]
+    assert header["dataset_size"] == len(mixed) == 16 + made
+    assert header["guided_mixture"] == {"guided": made, "unguided": 16, "ratio": made / 16, "problems": 16,
+                                        "problems_guided": 16, "placements": {G.USER: 16, G.ASSISTANT: 32}}
+
+
+def test_assistant_copies_use_the_kept_token_ids_at_two_lengths(guided_run, tiny_model_path):
+    """PrefixRL's token cut: the prompt ends with the trace's kept ids, which differ from the prefix text
+    re-tokenised (the agent loop did not re-tokenise); each problem has two copies at different lengths."""
+    from transformers import AutoTokenizer
+
+    _, problems, dump, mixed, *_ = guided_run
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    lengths: dict[str, set[int]] = {}
+    for info in mixed["extra_info"]:
+        if info["placement"] == G.ASSISTANT:
+            lengths.setdefault(info["problem_id"], set()).add(len(info["guide_prefix_ids"]))
+    assert len(lengths) == 16 and all(len(v) == 2 for v in lengths.values())
+    differ = 0
+    for row in dumped_rows(dump):
+        info = row["extra_info"]
+        if info["placement"] != G.ASSISTANT:
+            continue
+        kept = [int(t) for t in info["guide_prefix_ids"]]
+        assert row["prompts"][-len(kept):] == kept
+        differ += kept != tok.encode(info["guide_prefix"], add_special_tokens=False)
+    assert differ > 0  # re-tokenising the text would have given other ids
+
+
 def test_run_log_counts_c_with_and_without_the_guidance_spend(guided_run):
-    run, _, _ = guided_run
+    """Hand-counted: of the two spend files, only the 16 training problems' spend counts (not the validation
+    or non-Hard problems'); rollouts_with_guidance adds rejection sampling + prefix search, rollouts_with_curation
+    curation on top."""
+    run, *_, counted = guided_run
     header, *rows = run.run_log
-    assert header["header"]["guidance_spend"] == spend.as_json(SPENT)
-    total = sum(SPENT.values(), spend.Spend())
+    assert header["header"]["guidance_spend"] == spend.as_json(counted) and header["header"]["spend_problems"] == 16
+    guidance = counted[spend.PREFIX_SEARCH] + counted[spend.REJECTION_SAMPLING]  # 72 rollouts, 800 tokens
+    assert (guidance.rollouts, guidance.tokens) == (72, 800) and counted[spend.CURATION] == S(256, 1720)
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1)) and rows[-1]["rollouts"] == STEPS * B_PROBLEM * N
-    for r in rows:  # rollouts stay training-only; the guided data's spend is added on top
-        assert r["rollouts_with_guidance"] == r["rollouts"] + total.rollouts
-        assert r["tokens_with_guidance"] == r["tokens"] + total.tokens
+    for r in rows:  # rollouts stay training-only; the spend before training is added on top
+        assert r["rollouts_with_guidance"] == r["rollouts"] + 72 and r["tokens_with_guidance"] == r["tokens"] + 800
+        assert r["rollouts_with_curation"] == r["rollouts"] + 72 + 256 and r["tokens_with_curation"] == r["tokens"] + 800 + 1720

@@ -126,3 +126,48 @@ async def _base(loop, messages):
     from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
     return await SingleTurnAgentLoop.ct_build_initial_tokens(loop, messages)
+
+
+def test_originals_all_prefixed_none_and_the_real_ratio():
+    """all: every problem unguided too (1:1 only if every problem has a prefix); prefixed: POPE's 1:1 over the
+    guided problems; none: PrefixRL's prefixed problems only. The summary says the real ratio."""
+    df = frame(10, bad={0: None, 1: "one line only"})
+    all_ = G.guided_dataset(df, "extra_info.solution")
+    assert (all_.unguided, all_.guided) == (10, 8) and all_.ratio == 0.8
+    assert all_.summary().startswith("10 unguided + 8 guided rows (0.80 guided per unguided: 8 of 10 problems guided; "
+                                     "only 8 problems have a usable prefix; originals all)")
+    prefixed = G.guided_dataset(df, "extra_info.solution", originals=G.PREFIXED)
+    assert (prefixed.unguided, prefixed.guided) == (8, 8)
+    unguided = {i["index"] for i in prefixed.frame["extra_info"] if not i["guided"]}
+    assert unguided == {i["index"] for i in prefixed.frame["extra_info"] if i["guided"]} == set(range(2, 10))
+    none = G.guided_dataset(df, "extra_info.solution", originals=G.NONE, copies=2, fraction=0.6, max_fraction=0.6)
+    assert none.unguided == 0 and none.guided == 16 and "no unguided row" in none.summary()
+    per_problem = {}
+    for info in none.frame["extra_info"]:
+        per_problem.setdefault(info["problem_id"], set()).add(info["prefix_fraction"])
+    assert len(per_problem) == 8 and all(len(v) == 2 for v in per_problem.values())  # two lengths per problem
+    with pytest.raises(ValueError, match="originals='some'"):
+        G.guided_dataset(df, "extra_info.solution", originals="some")
+
+
+def test_every_row_carries_its_problems_id():
+    from verl_isocompute.data.problems import row_problem_id
+
+    df = frame(3)
+    result = G.guided_dataset(df, "extra_info.solution", placement=G.ASSISTANT)
+    ids = [row_problem_id(r) for r in df.to_dict("records")]
+    assert [i["problem_id"] for i in result.frame["extra_info"]] == ids + ids  # originals, then their guided copies
+
+
+def test_unsearched_problems_can_fall_back_to_the_fixed_fraction():
+    from verl_isocompute.data.problems import row_problem_id
+
+    df = frame(3)
+    ids = [row_problem_id(r) for r in df.to_dict("records")]
+    searched = {ids[0]: G.NO_PREFIX_FOUND, ids[1]: "one_step"}  # ids[2] not searched
+    skip = G.guided_dataset(df, "extra_info.solution", searched=searched)
+    assert skip.guided == 0 and dict(skip.skipped) == {G.NO_PREFIX_FOUND: 1, "one_step": 1, G.NOT_SEARCHED: 1}
+    fallback = G.guided_dataset(df, "extra_info.solution", searched=searched, unsearched=G.FRACTION, fraction=0.5, max_fraction=0.5)
+    assert (fallback.guided, fallback.fallback) == (1, 1) and "1 of them at the fixed fraction" in fallback.summary()
+    with pytest.raises(ValueError, match="copies=2 with searched prefixes"):
+        G.guided_dataset(df, "extra_info.solution", searched=searched, copies=2)

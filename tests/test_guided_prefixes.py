@@ -80,3 +80,33 @@ def test_every_prefix_is_a_proper_prefix_within_the_cap(parts, cap):
     if P.skip_reason(solution, cap) is None:
         for p in P.prefix_ladder(solution, cap):
             assert solution.startswith(p.text) and 0 < len(p.text) < len(solution) and p.fraction <= cap
+
+
+def test_abbreviations_and_initials_end_no_sentence():
+    """A one-line solution is cut at sentence ends, not inside "e.g. ", "Dr. ", "i.e. " or an initial "J. "."""
+    text = "We add the tens first, e.g. 40 + 30. Dr. Who checks it, i.e. 70 is right. J. Smith agrees. So 70."
+    assert P.split_steps(text) == ["We add the tens first, e.g. 40 + 30. ", "Dr. Who checks it, i.e. 70 is right. ",
+                                   "J. Smith agrees. ", "So 70."]
+    assert "".join(P.split_steps(text)) == text
+
+
+def test_copies_spread_over_the_ladder_and_end_at_the_fixed_fraction():
+    """PrefixRL varies the prefix length: copies at evenly spread rungs, the longest being prefix_at's."""
+    one = P.prefixes_at(SOLUTION, 0.7, 0.7)
+    assert one == [P.prefix_at(SOLUTION, 0.7, 0.7)]
+    rungs = len([p for p in P.prefix_ladder(SOLUTION, 0.7)])
+    two = P.prefixes_at(SOLUTION, 0.7, 0.7, copies=2)
+    assert [p.steps for p in two] == [(rungs + 1) // 2, rungs] and two[-1] == one[0]
+    assert [p.steps for p in P.prefixes_at(SOLUTION, 0.7, 0.7, copies=99)] == list(range(1, rungs + 1))  # fewer when short
+    assert P.prefixes_at("no steps", 0.5) == []
+    with pytest.raises(ValueError, match="copies=0"):
+        P.prefixes_at(SOLUTION, 0.5, copies=0)
+
+
+def test_token_cuts_keep_the_first_h_ids():
+    """PrefixRL's token cut: the first h of n kept ids, h = floor(n * fraction * j / copies), text decoded."""
+    cuts = P.token_prefixes(range(100, 140), 0.5, 0.5, copies=2, decode=lambda ids: f"<{len(ids)}>")
+    assert [(c.steps, c.fraction, c.text) for c in cuts] == [(10, 0.25, "<10>"), (20, 0.5, "<20>")]
+    assert cuts[0].token_ids == tuple(range(100, 110))
+    assert P.token_prefixes(range(40), 0.9, 0.25)[0].steps == 10  # capped at max_fraction
+    assert P.token_prefixes([], 0.25) == P.EMPTY and P.token_prefixes([1, 2, 3], 0.25) == P.OVER_CAP

@@ -74,3 +74,44 @@ def test_guided_metrics_split_accuracy_and_skip_padding():
     }
     assert guided_metrics([{"index": 1}, None], acc[:2], real[:2]) == {}  # an unguided dataset: no metrics
     assert guided_metrics([], acc, real) == {}  # no extra_info in the batch at all
+
+
+def test_mixture_counts_for_the_run_log_header():
+    from verl_isocompute.guided.metrics import mixture_counts
+
+    infos = [{"guided": False, "problem_id": "a"}, {"guided": False, "problem_id": "b"},
+             {"guided": True, "problem_id": "a", "placement": "assistant"}, {"guided": True, "problem_id": "a", "placement": "user"}]
+    assert mixture_counts(infos) == {"guided": 2, "unguided": 2, "ratio": 1.0, "problems": 2, "problems_guided": 1,
+                                     "placements": {"user": 1, "assistant": 1}}
+    assert mixture_counts([{"index": 1}, None]) is None  # not a guided dataset
+    assert mixture_counts([{"guided": True}])["ratio"] is None  # prefixed problems only
+
+
+def test_cpu_overlay_gives_the_guided_recipe_worked_problems_and_room_for_the_prefix(tmp_path, monkeypatch, isocompute_cache):
+    """`+platform=cpu` on the guided recipe: generated problems with worked solutions and 256 prompt tokens
+    (the overlay's 96 for its arithmetic would drop every guided row); unguided recipes keep 96 and arithmetic."""
+    from verl_isocompute.training.config import resolve
+
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", "")
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")  # what the entry point sets for isocompute.platform=cpu
+    guided = compose_recipe("isocompute_hard_guided", ["+platform=cpu", "isocompute.model=tiny", "isocompute.data.train_size=8",
+                                                       "isocompute.data.val_size=2", f"isocompute.run_dir={tmp_path}/run"])
+    plain = compose_recipe("isocompute_hard", ["+platform=cpu", "isocompute.model=tiny"])
+    assert (OmegaConf.select(plain, "data.max_prompt_length"), OmegaConf.select(plain, "isocompute.data.source")) == (96, "arithmetic")
+    resolve(guided)
+    assert (guided.data.max_prompt_length, guided.isocompute.data.source) == (256, "worked")
+    train = pd.read_parquet(guided.data.train_files)
+    assert len(train) == 8 and all("\\boxed{" in i["solution"] for i in train["extra_info"])
+    assert prepare_guided(guided).guided == 8  # every problem has a usable prefix under the recipe's quarter cap
+    from verl_isocompute.guided.training_set import check_guided_lengths
+
+    check_guided_lengths(guided)  # and verl's filter keeps every guided row at 256 tokens
+
+
+def test_curate_generates_worked_problems():
+    from verl_isocompute.workflow.curate import CurateError, generate
+
+    frame_ = generate("worked", 3, seed=1, terms=4, digits=2)
+    assert len(frame_) == 3 and frame_.loc[0, "extra_info"]["solution"].count("\n") == 4
+    with pytest.raises(CurateError, match="--generate worked: unknown --gen-arg max_digits"):
+        generate("worked", 3, max_digits=2)

@@ -109,7 +109,7 @@ def test_spend_is_recomputed_from_the_cache_on_resume(tmp_path):
     cache.append_round({"id": "a", "k": 4, "correct": 1, "round": 1, "response_tokens": [1, 1, 1, 1]})
     cache.close()
     first = cache.spend()
-    assert first == {spend.CURATION: spend.Spend(4, 26), spend.REJECTION_SAMPLING: spend.Spend(4, 4)}
+    assert first == {spend.CURATION: {"a": spend.Spend(4, 26)}, spend.REJECTION_SAMPLING: {"a": spend.Spend(4, 4)}}
     cache = c.SampleCache(tmp_path, settings)  # a rerun: one more problem, "a" re-sampled, a line cut by a kill
     cache.append({"id": "b", "k": 4, "correct": 3, "response_tokens": [2, 2, 2, 2]})
     cache.append({"id": "a", "k": 4, "correct": 1, "response_tokens": [1, 2, 3, 4], "traces_kept": True})
@@ -136,7 +136,7 @@ def _trace(text, n_tokens, pid="p", round_=0, sample=0):
 
 
 def test_choose_trace_takes_the_shortest_usable_one():
-    usable = lambda text: "\n" in text.strip()  # "has an inner step"
+    usable = lambda trace: "\n" in trace["text"].strip()  # "has an inner step"
     one_step, long_, short, short_too = _trace("42", 1), _trace(TRACE * 2, 90), _trace(TRACE, 40, sample=1), _trace(TRACE, 40, sample=2)
     assert T.choose_trace([long_, one_step, short, short_too], usable) is short  # shortest usable, first of equals
     assert T.choose_trace([one_step, _trace("4 2", 3)], usable) is one_step  # none usable: the shortest, reason counted later
@@ -194,5 +194,31 @@ def test_guide_command_and_recipe_key_read_traces(tmp_path, capsys):
         prepare_guided(cfg)
     (tmp_path / "e").mkdir()
     cfg.isocompute.guided.traces = str(_curated_dir(tmp_path / "e", df, {}))  # curated with the flag, none correct
-    with pytest.raises(ValueError, match="no training problem has a usable trace"):
+    with pytest.raises(ValueError, match="isocompute.guided: no problem has a usable trace"):
         prepare_guided(cfg)
+
+
+def test_token_cuts_keep_the_traces_own_ids_and_need_its_model(tmp_path, tiny_model_path):
+    """cut=tokens: the first h kept ids of the shortest trace, two lengths with copies=2, the text decoded with
+    the tokenizer of the model named in curation.json; assistant placement only; no curation.json is one line."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    df = frame(2)
+    ids = [t for ch in TRACE for t in tok.encode(ch, add_special_tokens=False)]  # a tokenisation, not the tokenizer's own
+    out = _curated_dir(tmp_path, df, {0: [{"sample": 0, "text": TRACE, "token_ids": ids}]})
+    options = GuideOptions(traces=str(out), cut="tokens", copies=2, fraction=0.5, max_fraction=0.5)
+    with pytest.raises(T.TracesError, match="curation.json: cannot load the tokenizer of the model that sampled the traces"):
+        options.build(df)
+    (out / "curation.json").write_text(json.dumps({"model": str(tiny_model_path)}))
+    result = options.build(df)
+    guided = [i for i in result.frame["extra_info"] if i["guided"]]
+    assert (result.guided, dict(result.skipped)) == (2, {NO_TRACE: 1})
+    n = len(ids)
+    assert [list(i["guide_prefix_ids"]) for i in guided] == [ids[: n // 4], ids[: n // 2]]
+    assert [i["guide_prefix"] for i in guided] == [tok.decode(ids[: n // 4]), tok.decode(ids[: n // 2])]
+    assert all(i["placement"] == ASSISTANT for i in guided)
+    with pytest.raises(ValueError, match="token cuts append kept token ids to the prompt: they need placement=assistant"):
+        GuideOptions(traces=str(out), cut="tokens", placement=USER).build(df)

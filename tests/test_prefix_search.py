@@ -183,3 +183,27 @@ def test_overrides_may_follow_the_options(tmp_path):
     proc = _cli(tmp_path / "d.parquet", "-o", tmp_path / "out", "--k", "2", "isocompute.model=nosuch")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr  # (verl's import warnings come first)
     assert proc.stderr.strip().splitlines()[-1].startswith("isocompute prefix-search: error: unknown model 'nosuch'")
+
+
+def test_a_stop_before_any_sample_names_no_file(tmp_path, monkeypatch, capsys):
+    """SIGTERM before the first rung finished: the line says nothing was sampled (it used to name a
+    rungs.jsonl that did not exist); after some, where they are kept."""
+    import signal
+
+    from verl_isocompute.commands.cli import main
+    from verl_isocompute.workflow import prefix_search as driver
+    from verl_isocompute.workflow.launch import Interrupted
+
+    worked_arithmetic(2).to_parquet(tmp_path / "d.parquet")
+
+    def stopped(settings, **_):
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(driver, "prefix_search", stopped)
+    assert main(["prefix-search", str(tmp_path / "d.parquet"), "-o", str(tmp_path / "out")]) == 143
+    err = capsys.readouterr().err
+    assert "stopped by SIGTERM; Ray is stopped; nothing was sampled yet: rerun the same command" in err and "rungs.jsonl" not in err
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / ps.RECORDS_FILE).write_text('{"id": "a"}\n')
+    assert main(["prefix-search", str(tmp_path / "d.parquet"), "-o", str(tmp_path / "out")]) == 143
+    assert f"kept the rungs sampled so far in {tmp_path / 'out' / ps.RECORDS_FILE}" in capsys.readouterr().err

@@ -1,19 +1,24 @@
-"""End to end on CPU with the tiny model: ``isocompute prefix-search`` through verl's rollout machinery (Ray +
-our hf server), then resumed, then ``isocompute guide --prefixes``.
+"""End to end on CPU with the tiny model: ``isocompute prefix-search --traces`` through verl's rollout machinery
+(Ray + our hf server), then resumed, then ``isocompute guide --prefixes``.
 
-The tiny random model never solves arithmetic, so the parity test reward (1 for an odd-length response) gives
-the search varied outcomes: with k = 2 a rung has no success a quarter of the time, so some problems climb
-the ladder and some are exhausted. Checked: the prompt ids sent for the assistant placement are the unguided
-prompt's ids followed by the prefix's ids (what training's agent loop sends); the chosen rung is the
-shortest with a success and every problem without one sampled every rung with no success (POPE's rule,
-checked here from the records, not with the search's own code); a second run samples nothing (no Ray, spend
-unchanged); the guide command gives each problem its chosen prefix.
+The ladders are cut from PrefixRL traces, searched like oracle solutions: a curation directory as
+``isocompute curate --keep-correct`` leaves it (one kept correct response per problem; here the worked
+solution, with its token ids). The tiny random model never solves arithmetic, so the parity test reward (1
+for an odd-length response) gives the search varied outcomes: with k = 2 a rung has no success a quarter of
+the time, so some problems climb the ladder and some are exhausted. Checked: the prompt ids sent for the
+assistant placement (the default with traces) are the unguided prompt's ids followed by the prefix's ids
+(what training's agent loop sends); the chosen rung is the shortest with a success and every problem without
+one sampled every rung with no success (POPE's rule, checked here from the records, not with the search's own
+code); a second run samples nothing (no Ray, spend unchanged); the guide command gives each problem its
+chosen prefix. The search of a solution column runs in the walkthrough test (test_guided_walkthrough_e2e.py).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+from collections import Counter
 import sys
 from pathlib import Path
 
@@ -21,8 +26,10 @@ import pandas as pd
 import pytest
 from verl_runs import PARITY_REWARD
 
+from verl_isocompute.data.problems import row_problem_id
 from verl_isocompute.data.worked import worked_arithmetic
 from verl_isocompute.guided import placement as G
+from verl_isocompute.guided import traces as T
 from verl_isocompute.guided.prefixes import prefix_ladder
 from verl_isocompute.workflow.curate import problem_id
 
@@ -35,21 +42,37 @@ def _cli(*args, timeout=600) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
+def kept_traces(data: pd.DataFrame, root: Path, tok) -> Path:
+    """A curation directory holding one kept trace per problem (its worked solution and the token ids)."""
+    out = root / "curated"
+    out.mkdir()
+    writer = T.TraceWriter(out / T.TRACES_FILE)
+    for row in data.to_dict("records"):
+        text = row["extra_info"]["solution"]
+        writer.write(T.trace_lines(row_problem_id(row), 0, [{"sample": 0, "text": text, "token_ids": tok.encode(text)}]))
+    writer.close()
+    return out
+
+
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory, tiny_model_path):
+    from transformers import AutoTokenizer
+
     root = tmp_path_factory.mktemp("prefix_search")
     data = root / "hard.parquet"
-    worked_arithmetic(6, terms=5, digits=2, seed=3).to_parquet(data, index=False)
+    frame = worked_arithmetic(6, terms=5, digits=2, seed=3)
+    frame.assign(extra_info=[{k: v for k, v in i.items() if k != "solution"} for i in frame["extra_info"]]).to_parquet(data, index=False)
+    traces = kept_traces(frame, root, AutoTokenizer.from_pretrained(tiny_model_path))
     out = root / "search"
-    command = ["prefix-search", data, "-o", out, "--k", K, "--max-fraction", MAX_FRACTION, "--placement", "assistant",
-               "isocompute.model=tiny", "data.max_prompt_length=160", "data.max_response_length=8", PARITY_REWARD]
+    command = ["prefix-search", data, "-o", out, "--traces", traces, "--k", K, "--max-fraction", MAX_FRACTION, "--model", "tiny",
+               "data.max_prompt_length=160", "data.max_response_length=8", PARITY_REWARD]
     first = _cli(*command)
     assert first.returncode == 0, first.stderr[-4000:]
     spend_first = json.loads((out / "spend.json").read_text())
     lines_first = (out / "rungs.jsonl").read_text()
     second = _cli(*command)
     assert second.returncode == 0, second.stderr[-4000:]
-    return {"data": data, "out": out, "first": first, "second": second, "spend_first": spend_first,
+    return {"data": data, "frame": frame, "out": out, "first": first, "second": second, "spend_first": spend_first,
             "lines_first": lines_first, "root": root}
 
 
@@ -62,7 +85,7 @@ def test_assistant_prompts_are_the_unguided_prompt_then_the_prefix(searched, tin
 
     tok = AutoTokenizer.from_pretrained(tiny_model_path)
     rows = {problem_id([dict(m) for m in r["prompt"]], r["reward_model"]["ground_truth"]): r
-            for r in pd.read_parquet(searched["data"]).to_dict("records")}
+            for r in searched["frame"].to_dict("records")}
     records = _records(searched["out"])
     assert records
     for record in records:
@@ -96,9 +119,14 @@ def test_spend_counts_every_rung_sample_once_and_a_rerun_samples_nothing(searche
     records = _records(searched["out"])
     stage = searched["spend_first"]["stages"]["prefix_search"]
     assert stage == {"rollouts": K * len(records), "tokens": sum(sum(r["response_tokens"]) for r in records)}
+    per_problem = searched["spend_first"]["problems"]["prefix_search"]  # what a run restricts to its training problems
+    assert per_problem == {pid: [K * n, sum(sum(r["response_tokens"]) for r in records if r["id"] == pid)]
+                           for pid, n in Counter(r["id"] for r in records).items()}
     assert "round 1:" in searched["first"].stderr
     second = searched["second"].stderr
-    assert "all decided by the cache" in second and "round 1:" not in second
+    assert "all decided by the cached rung samplings" in second and "round 1:" not in second
+    report = (searched["out"] / "report.md").read_text()  # what the samples were drawn in
+    assert re.search(r"rollout `hf` in (float32|bfloat16) \(the rollout's dtype", report), report
     assert json.loads((searched["out"] / "spend.json").read_text()) == searched["spend_first"]
     assert (searched["out"] / "rungs.jsonl").read_text() == searched["lines_first"]
 

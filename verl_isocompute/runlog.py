@@ -11,14 +11,20 @@ Every run of our recipes writes ``<run dir>/isocompute.jsonl``: JSON lines, one 
   step's update used) and ``train/reward``; validation steps add ``val/avg@k``, ``val/best@k``,
   ``val/worst@k`` (unbiased estimators, overall and per data source). A step-0 row carries the
   validation before training.
-- Guided runs (docs/GUIDED.md) that name the spend files of their guided data
-  (``isocompute.guided.spend``, :mod:`verl_isocompute.guided.spend`) add the header key
-  ``guidance_spend`` = ``{stage: {"rollouts": R, "tokens": T}}`` (curation, rejection sampling, prefix
-  search: sampling done *before* training to make the guided data) and, on every row,
-  ``rollouts_with_guidance`` / ``tokens_with_guidance`` = the row's ``rollouts`` / ``tokens`` + the stages'
-  totals: C including that compute, as PrefixRL (arXiv 2601.18795) counts it. ``rollouts`` and ``tokens``
-  stay training-only, so fits of C are unchanged; ``isocompute fit --compute rollouts_with_guidance`` uses
-  the other column (a run without it, e.g. an unguided baseline, counts its ``rollouts``).
+- Guided runs (docs/GUIDED.md) add the header key ``guided_mixture`` = ``{"guided": G, "unguided": U,
+  "ratio": G / U, "problems": P, ...}``: the rows of the training set verl built (after its prompt filter), so
+  the real mixture is on record (1:1 only when every problem got a prefix).
+- Runs that name spend files (``isocompute.guided.spend``, :mod:`verl_isocompute.guided.spend`; an unguided
+  baseline may list its curation's) add the header key ``guidance_spend`` = ``{stage: {"rollouts": R,
+  "tokens": T}}``, sampling done *before* training, counted only on the problems of the training set
+  (``spend_problems`` of them), and on every row:
+  ``rollouts_with_guidance`` / ``tokens_with_guidance`` = the row's ``rollouts`` / ``tokens`` + the guidance
+  stages (rejection sampling, prefix search): C including the compute that found the prefixes, as PrefixRL
+  (arXiv 2601.18795) counts it; ``rollouts_with_curation`` / ``tokens_with_curation`` = those + curation
+  (the difficulty measurement, which an unguided baseline on the same set spends too: the column both arms
+  of a comparison can log). ``rollouts`` and ``tokens`` stay training-only, so fits of C are unchanged;
+  ``isocompute fit --compute rollouts_with_guidance`` (or ``rollouts_with_curation``) uses another column (a
+  run without it counts its ``rollouts``).
 
 The writer (:class:`RunLogWriter`) appends a line per step and, when a run resumes from a checkpoint,
 atomically rewrites the file without the rows past the resumed step. Reading and appending follow the
@@ -48,6 +54,9 @@ HEADER = "header"
 # Guided runs with spend files (module docstring): the header key, and each row's C / tokens including them.
 GUIDANCE_SPEND = "guidance_spend"
 WITH_GUIDANCE = {"rollouts": "rollouts_with_guidance", "tokens": "tokens_with_guidance"}
+WITH_CURATION = {"rollouts": "rollouts_with_curation", "tokens": "tokens_with_curation"}
+# Guided runs: the mixture the run trains on, as verl's dataset holds it (guided rows, unguided rows, ...).
+GUIDED_MIXTURE = "guided_mixture"
 
 
 class RunLogError(JsonlError):

@@ -46,7 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", nargs="+", metavar="FILE", help="verl-format parquet files (prompt, reward_model.ground_truth, ...)")
-    source.add_argument("--generate", metavar="TASK", help="a reasoning-gym task to generate problems from, e.g. basic_arithmetic")
+    source.add_argument("--generate", metavar="TASK", help="a reasoning-gym task to generate problems from, e.g. basic_arithmetic; or worked: arithmetic "
+                             "chains with a worked solution per problem (--gen-arg terms=5 --gen-arg digits=2), for "
+                             "prefix-search and guided training")
     parser.add_argument("--size", type=int, default=200, help="problems to generate with --generate (default %(default)s)")
     parser.add_argument("--gen-arg", type=_gen_arg, action="append", default=[], metavar="KEY=VALUE",
                         help="generator option, repeatable (e.g. --gen-arg max_digits=3)")

@@ -17,6 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from verl_isocompute.scaling.curve import COMPUTE_UNITS
 from verl_isocompute.scaling.pipeline import FitOptions, run_fit
 
 
@@ -25,9 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="output directory (created if needed)")
     parser.add_argument("--metric", default=FitOptions.metric,
                         help="logged metric to maximise (default val/avg@4; val/best@4 or val/worst@4 give their own n*)")
-    parser.add_argument("--compute", choices=("rollouts", "tokens", "rollouts_with_guidance"), default=FitOptions.compute,
-                        help="compute unit C: cumulative rollouts (default), generated tokens, or rollouts_with_guidance "
-                             "(plus the rollouts spent before training to make guided data, PrefixRL's count; docs/GUIDED.md)")
+    parser.add_argument("--compute", choices=COMPUTE_UNITS, default=FitOptions.compute,
+                        help="compute unit C: cumulative rollouts (default), generated tokens, rollouts_with_guidance "
+                             "(plus the rollouts spent before training to find the guidance, PrefixRL's count) or "
+                             "rollouts_with_curation (plus curation too: both arms of a comparison spend it); "
+                             "spend on the training problems only (docs/GUIDED.md)")
     parser.add_argument("--bucket", type=float, default=FitOptions.bucket,
                         help="reward bucket width for record-breaking points (default 0.01; 0 = none)")
     parser.add_argument("--group-by", choices=("n", "n,b_problem"), default=FitOptions.group_by, metavar="{n | n,b_problem}",

@@ -10,9 +10,13 @@ the unguided set. Problems whose solution is missing or has no usable prefix are
 ``--traces CURATE_OUT`` cuts the prefixes from the base model's own correct responses kept by
 ``isocompute curate --keep-correct`` instead (PrefixRL's traces); problems without one count as no_trace.
 With --prefixes DIR (the output of ``isocompute prefix-search``) each problem gets the prefix the search
-chose for it with the base model instead of the fixed --fraction.
+chose for it with the base model instead of the fixed --fraction. PrefixRL's own choices: --copies C guided
+rows per problem at different prefix lengths, --originals none (train on prefixed problems only; prefixed:
+POPE's 1:1 over the problems with a prefix), --cut tokens (with --traces: the first h kept token ids of the
+trace, not the text re-tokenised; needs the assistant placement). The summary line says the real mixture
+(guided rows per unguided row): 1:1 only when every problem has a prefix.
 
-Exit status: 0 written; 2 bad input (nothing written).
+Exit status: 0 written; 2 bad input, or no guided row would be written (nothing written).
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from verl_isocompute.guided.placement import PLACEMENTS
-from verl_isocompute.guided.recipe import GuideOptions, write_mixture
+from verl_isocompute.guided.placement import ORIGINALS, PLACEMENTS, UNSEARCHED
+from verl_isocompute.guided.recipe import CUTS, GuideOptions, write_mixture
 
 DEFAULTS = GuideOptions()
 
@@ -39,7 +43,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cut the prefixes from the base model's correct responses that `isocompute curate "
                              "--keep-correct --out CURATE_OUT` kept (PrefixRL; the shortest usable one per problem) "
                              "instead of --solution-key")
-    parser.add_argument("--ratio", type=float, default=DEFAULTS.ratio, help="guided rows per original row, in (0, 1] (default 1: POPE's 1:1)")
+    parser.add_argument("--ratio", type=float, default=DEFAULTS.ratio,
+                        help="share of the problems with a usable prefix to guide, in (0, 1] (default 1: every one)")
+    parser.add_argument("--copies", type=int, default=DEFAULTS.copies,
+                        help="guided rows per guided problem, at evenly spread prefix lengths up to --fraction "
+                             "(PrefixRL varies the prefix length; default 1)")
+    parser.add_argument("--originals", choices=ORIGINALS, default=DEFAULTS.originals,
+                        help="unguided originals kept: all (default), prefixed (only the guided problems': POPE's 1:1 "
+                             "over the problems with a prefix), none (PrefixRL: prefixed problems only)")
+    parser.add_argument("--cut", choices=CUTS, default=DEFAULTS.cut,
+                        help="with --traces: text (cut at line / sentence ends, default) or tokens (the first h kept "
+                             "token ids of the trace; assistant placement)")
+    parser.add_argument("--unsearched", choices=UNSEARCHED, default=DEFAULTS.unsearched,
+                        help="with --prefixes: a problem the search found no prefix for gets no guided copy (skip, "
+                             "default) or one at the fixed --fraction (fraction)")
     parser.add_argument("--fraction", type=float, default=DEFAULTS.fraction,
                         help="prefix length as a share of the solution's characters, cut at a line/sentence end (default 0.25)")
     parser.add_argument("--max-fraction", type=float, default=DEFAULTS.max_fraction,
@@ -55,12 +72,19 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         print(f"isocompute guide: error: {', '.join(missing)} not found; pass training parquet files", file=sys.stderr)
         return 2
+    if args.out.is_dir():
+        print(f"isocompute guide: error: -o {args.out} is a directory; give the parquet file to write", file=sys.stderr)
+        return 2
     options = GuideOptions(args.solution_key, args.placement, args.ratio, args.fraction, args.max_fraction, args.seed,
-                           traces=args.traces, prefixes=args.prefixes)
+                           traces=args.traces, prefixes=args.prefixes, copies=args.copies, originals=args.originals,
+                           cut=args.cut, unsearched=args.unsearched)
     try:
         result = write_mixture([str(p) for p in args.train], args.out, options)
     except ValueError as exc:
         print(f"isocompute guide: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"isocompute guide: error: cannot write -o {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     print(f"wrote {args.out}: {result.summary()}")
     return 0

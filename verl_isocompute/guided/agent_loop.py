@@ -14,7 +14,8 @@ the TIS weights. (The chat template's ``continue_final_message`` would render th
 separate code path than verl's builder for unguided rows; appending keeps guided = unguided prompt + prefix.)
 
 The prefix is tokenised alone (no special tokens, :func:`~verl_isocompute.guided.check.prefix_token_ids`, which
-the trainer's run-time check uses too). Prefixes end at a line boundary
+the trainer's run-time check uses too), or, for PrefixRL's token cut of a trace, its kept token ids
+(``extra_info.guide_prefix_ids``) are appended as they are, never re-tokenised. Prefixes end at a line boundary
 (:mod:`verl_isocompute.guided.prefixes`), where tokenisers do not merge across, so these are the tokens the
 prefix has inside the full solution. The reward sees the response only (the continuation), which is where
 the final answer of a capped prefix is.
@@ -29,17 +30,24 @@ from verl_isocompute.guided.check import prefix_token_ids
 from verl_isocompute.guided.placement import PREFIX_AGENT
 
 
-def continuation_prompt_ids(prompt_ids: list[int], prefix: str, tokenizer) -> list[int]:
+def continuation_prompt_ids(prompt_ids: list[int], prefix: str, tokenizer, prefix_ids=None) -> list[int]:
     """The prompt of the assistant placement: the unguided prompt's ids, then the prefix's own token ids (no
-    special tokens, :func:`~verl_isocompute.guided.check.prefix_token_ids`). Training (this loop) and the prefix
-    search (:mod:`verl_isocompute.guided.prefix_search`) both build it here, so the search measures exactly the
-    prompts training sees, and the trainer's run-time check tokenises the prefix the same way."""
-    return [int(t) for t in prompt_ids] + [int(t) for t in prefix_token_ids(tokenizer, prefix)]
+    special tokens, :func:`~verl_isocompute.guided.check.prefix_token_ids`), or ``prefix_ids`` as given (a token
+    cut's kept ids). Training (this loop) and the prefix search (:mod:`verl_isocompute.workflow.prefix_search`)
+    both build it here, so the search measures exactly the prompts training sees, and the trainer's run-time
+    check tokenises the prefix the same way."""
+    ids = prefix_ids if prefix_ids is not None and len(prefix_ids) else prefix_token_ids(tokenizer, prefix)
+    return [int(t) for t in prompt_ids] + [int(t) for t in ids]
 
 
 @register(PREFIX_AGENT)
 class PrefixContinuationAgentLoop(SingleTurnAgentLoop):
     """verl's single-turn loop, continuing the prompt's final assistant message instead of opening a new one."""
+
+    async def run(self, sampling_params, **kwargs):
+        info = kwargs.get("extra_info")
+        self._prefix_ids = info.get("guide_prefix_ids") if isinstance(info, dict) else None  # a token cut's kept ids
+        return await super().run(sampling_params, **kwargs)
 
     async def ct_build_initial_tokens(self, messages: list[dict], tools: list[dict] | None = None, **mm) -> list[int]:
         if not messages or messages[-1].get("role") != "assistant":
@@ -49,4 +57,5 @@ class PrefixContinuationAgentLoop(SingleTurnAgentLoop):
                 "verl_isocompute.guided.placement (placement='assistant')"
             )
         prompt_ids = await super().ct_build_initial_tokens(messages[:-1], tools=tools, **mm)
-        return self._cap_text_prompt_length(continuation_prompt_ids(prompt_ids, messages[-1]["content"], self.tokenizer))
+        ids = continuation_prompt_ids(prompt_ids, messages[-1]["content"], self.tokenizer, getattr(self, "_prefix_ids", None))
+        return self._cap_text_prompt_length(ids)

@@ -31,6 +31,15 @@ def prefix_token_ids(tokenizer, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
+def guided_prefix_ids(tokenizer, extra_info) -> list[int]:
+    """The ids a guided row's prefix puts at the end of its prompt: the kept token ids of a token cut
+    (``guide_prefix_ids``), else its text tokenised alone (:func:`prefix_token_ids`)."""
+    ids = extra_info.get("guide_prefix_ids")
+    if ids is not None and len(ids):
+        return [int(t) for t in ids]
+    return prefix_token_ids(tokenizer, extra_info["guide_prefix"])
+
+
 def assistant_guided_rows(extra_infos: Sequence) -> list[int]:
     """Indices of the rows guided with the ``assistant`` placement (``extra_info`` marks, guided/placement.py)."""
     return [

@@ -37,3 +37,21 @@ def guided_metrics(extra_infos: list, acc: np.ndarray, real: np.ndarray) -> dict
         if rows.any():
             out[f"isocompute/{kind}/train_acc"] = float(np.asarray(acc, dtype=float)[rows].mean())
     return out
+
+
+def mixture_counts(extra_infos: list) -> dict | None:
+    """The mixture a run trains on, for the run-log header (``guided_mixture``): guided and unguided rows, guided
+    rows per unguided row (None without unguided rows), distinct problems and guided problems (by
+    ``extra_info.problem_id``, when the mixture wrote it), and guided rows per placement. None for a dataset
+    without the guided marks."""
+    infos = [info if isinstance(info, dict) else {} for info in extra_infos]
+    if not any("guided" in info for info in infos):
+        return None
+    guided = [info for info in infos if info.get("guided")]
+    unguided = len(infos) - len(guided)
+    ids = {info.get("problem_id") for info in infos if info.get("problem_id")}
+    return {
+        "guided": len(guided), "unguided": unguided, "ratio": round(len(guided) / unguided, 4) if unguided else None,
+        "problems": len(ids) or None, "problems_guided": len({info.get("problem_id") for info in guided if info.get("problem_id")}) or None,
+        "placements": {p: n for p in PLACEMENTS if (n := sum(1 for info in guided if info.get("placement") == p))},
+    }

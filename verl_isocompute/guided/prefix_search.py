@@ -1,49 +1,31 @@
-"""The prefix search: each problem's prefix length chosen with the base model (POPE, PrefixRL).
+"""The prefix search's tables, spend, report and plot: each problem's prefix chosen with the base model (POPE, PrefixRL).
 
 POPE (arXiv 2601.18779) guides a hard problem with the *shortest* prefix of its oracle solution with which
 the base model gets at least one of k samples right, the prefix capped around a quarter of the solution;
-PrefixRL (arXiv 2601.18795) sets the difficulty of a guided problem by its prefix length. This module
-drives that choice per problem, with the recipe's rollout servers (the same sampling as curation,
-:mod:`verl_isocompute.workflow.rollouts`):
+PrefixRL (arXiv 2601.18795) sets the difficulty of a guided problem by its prefix length. The search itself
+(sampling rung after rung through the recipe's rollout servers) is the driver
+:mod:`verl_isocompute.workflow.prefix_search`; this module holds what needs no sampling:
 
-1. every problem of verl parquet files gets its prefix ladder from its solution column
-   (:func:`verl_isocompute.guided.prefixes.prefix_ladder`: rung r = the first r steps); problems without a
-   usable ladder are skipped with the reason;
-2. rounds: :func:`verl_isocompute.guided.search.next_rungs` names the next rung of every problem still
-   pending (the rules, ``pope`` and ``band``, are there); k guided responses are sampled at each, scored,
-   and one record per (problem, rung) is appended to ``rungs.jsonl``; until nothing is pending. Ray and the
-   rollout replicas are started once for all rounds (and not at all when the cache already decides).
+- :func:`problems_of`: each problem's prefix ladder (:func:`verl_isocompute.guided.prefixes.prefix_ladder`:
+  rung r = the first r steps) from its solution column or its PrefixRL trace, or the reason it has none;
+- :func:`prefixes_table`: the records of the sampled rungs -> one row per problem under a rule of
+  :mod:`verl_isocompute.guided.search` (``pope`` / ``band``); :func:`spend_of`: the rollouts they cost;
+- :func:`read_chosen` / :func:`searched_placement`: the table read back by ``isocompute guide --prefixes`` and
+  ``isocompute.guided.prefixes``, each problem guided at its chosen prefix;
+- :func:`write_outputs`: ``prefixes.parquet`` (one row per problem: status chosen / exhausted / skipped, the
+  reason, the chosen rung, its text and fraction, the guided avg@k there, the ladder length), ``report.md``,
+  ``prefix_search.png``, ``summary.json`` and ``spend.json`` (stage ``prefix_search``, recomputed from every
+  record and kept per problem, so a resumed search never counts a sample twice and a run counts only its
+  training problems; :mod:`verl_isocompute.guided.spend`).
 
-Guided prompts are exactly what training sees: ``user`` placement -> the chat template over
-:func:`verl_isocompute.guided.placement.user_turn`'s messages; ``assistant`` placement -> the unguided
-prompt's ids + the prefix's ids (:func:`verl_isocompute.guided.agent_loop.continuation_prompt_ids`, the
-function the training agent loop uses). The reward scores the response only, i.e. the continuation, as in
-training. A rung whose guided prompt is longer than ``data.max_prompt_length`` ends the ladder there
-(longer rungs are longer prompts).
-
-Resume: the records alone say where each problem stands, so a rerun continues from ``rungs.jsonl``.
-``prefix_search.json`` keeps what makes records comparable (model, sampling, k, reward, placement,
-solution key): a rerun with any of these changed is an error naming ``--restart``. The rule, the band and
-``max_fraction`` may change between runs: rung r is the same prefix under any cap, so the records serve
-any rule (e.g. a POPE search continued as a band search samples only the rungs it still needs).
-
-Outputs (``out``): ``prefixes.parquet`` (one row per problem: status chosen / exhausted / skipped, the
-reason, the chosen rung, its text and fraction, the guided avg@k there, the ladder length), ``report.md``,
-``prefix_search.png`` and ``spend.json`` (stage ``prefix_search``, recomputed from every record, so a
-resumed search never counts a sample twice; :mod:`verl_isocompute.guided.spend`). ``isocompute guide
---prefixes OUT`` / ``isocompute.guided.prefixes`` then guide each problem at its chosen prefix.
-
-Pure parts (tables, spend, report, plot) need no verl; sampling imports verl only when there is work.
+Pure: pandas, numpy and matplotlib; no verl, torch or Ray.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import sys
-import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,42 +34,11 @@ import numpy as np
 import pandas as pd
 
 from verl_isocompute import atomic
+from verl_isocompute.data.problems import ground_truth_of, messages_of, plain
 from verl_isocompute.guided import spend
-from verl_isocompute.guided.placement import (
-    ASSISTANT,
-    NO_USER_TURN,
-    PLACEMENTS,
-    USER,
-    user_turn,
-)
-from verl_isocompute.guided.prefixes import (
-    DEFAULT_MAX_FRACTION,
-    Prefix,
-    lookup,
-    prefix_ladder,
-    skip_reason,
-)
-from verl_isocompute.guided.search import (
-    CHOSEN,
-    EXHAUSTED,
-    PENDING,
-    POPE,
-    RULES,
-    Decision,
-    decisions,
-    next_rungs,
-)
-from verl_isocompute.workflow.curate import (
-    DEFAULT_K,
-    CurateError,
-    SampleCache,
-    _plain,
-    _write_parquet_atomic,
-    ground_truth_of,
-    load_parquet,
-    messages_of,
-    screen,
-)
+from verl_isocompute.guided.placement import NO_TRACE, NO_USER_TURN, USER
+from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION, Prefix, lookup, prefix_ladder, skip_reason
+from verl_isocompute.guided.search import CHOSEN, EXHAUSTED, POPE, Decision, decisions
 
 RECORDS_FILE = "rungs.jsonl"
 SETTINGS_FILE = "prefix_search.json"
@@ -100,10 +51,6 @@ NOT_IN_BAND = "no_rung_in_band"  # band: every rung's guided avg@k stayed below 
 DEFAULT_BAND = (0.25, 0.75)
 COLUMNS = ["problem_id", "status", "reason", "rung", "prefix", "prefix_fraction", "guided_avg_at_k", "k",
            "n_rungs", "rungs_sampled", "placement"]
-
-
-class PrefixSearchError(CurateError):
-    """Input or settings the prefix search cannot use; the message names the fix."""
 
 
 # --- pure parts: problems, records -> table, spend ---------------------------------------------------
@@ -120,16 +67,20 @@ class Problem:
     extra_info: Any = None
     ladder: tuple[Prefix, ...] = ()
     reason: str | None = None  # why it is skipped (None: searched)
+    too_long_by: int | None = None  # prompt_too_long: the token length of its shortest guided prompt
 
 
-def problems_of(frame: pd.DataFrame, solution_key: str, placement: str, max_fraction: float) -> list[Problem]:
-    """Screened rows (with ``problem_id``) as :class:`Problem`, each with its ladder or a skip reason."""
+def problems_of(frame: pd.DataFrame, solution_key: str, placement: str, max_fraction: float,
+                solutions: list | None = None) -> list[Problem]:
+    """Screened rows (with ``problem_id``) as :class:`Problem`, each with its ladder or a skip reason.
+    ``solutions`` (one text or None per row, e.g. each problem's PrefixRL trace) replaces the ``solution_key``
+    column; a None entry is skipped as ``no_trace``."""
     out = []
-    for row in frame.to_dict("records"):
-        row = _plain(row)
+    for i, row in enumerate(frame.to_dict("records")):
+        row = plain(row)
         messages = messages_of(row["prompt"])
-        solution = lookup(row, solution_key)
-        reason = skip_reason(solution, max_fraction)
+        solution = lookup(row, solution_key) if solutions is None else solutions[i]
+        reason = NO_TRACE if solutions is not None and solution is None else skip_reason(solution, max_fraction)
         if reason is None and placement == USER and not any(m["role"] == "user" for m in messages):
             reason = NO_USER_TURN
         ladder = () if reason else tuple(prefix_ladder(solution, max_fraction))
@@ -145,8 +96,7 @@ def latest(records: Iterable[Mapping]) -> dict[tuple[str, int], Mapping]:
 
 def spend_of(records: Iterable[Mapping]) -> spend.Spend:
     """Rollouts (sum of k) and generated tokens over every record: all the sampling the search did."""
-    records = list(records)
-    return spend.Spend(int(sum(r["k"] for r in records)), int(sum(sum(r.get("response_tokens") or ()) for r in records)))
+    return sum(spend.per_problem(records).values(), spend.Spend())
 
 
 def prefixes_table(problems: list[Problem], records: Iterable[Mapping], rule: str = POPE,
@@ -232,6 +182,12 @@ def summary_of(table: pd.DataFrame, records: list[Mapping], screened: pd.DataFra
     }
 
 
+def sampled_in(dtype: str | None) -> str:
+    """`` in float32 (the rollout's dtype ...)`` for a report line (curation's and the search's), or nothing
+    when unknown: curation and the search sample in the rollout's dtype, which need not be the training run's."""
+    return f" in {dtype} (the rollout's dtype; a training run computes in its own recipe's)" if dtype else ""
+
+
 def render_report(summary: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
     rule = settings["rule"]
     what = ("POPE (arXiv 2601.18779): the shortest prefix with >= 1 correct of k" if rule == POPE else
@@ -240,7 +196,7 @@ def render_report(summary: Mapping[str, Any], settings: Mapping[str, Any]) -> st
         "# Prefix search", "",
         f"Base model `{settings['model']}`, k = {settings['k']} samples per rung at temperature {settings['temperature']} "
         f"(top_p {settings['top_p']}, at most {settings['max_response_length']} response tokens), rollout "
-        f"`{settings['rollout']}`, reward `{settings['reward']}`. Rule {what}; prefixes cut from "
+        f"`{settings['rollout']}`{sampled_in(settings.get('dtype'))}, reward `{settings['reward']}`. Rule {what}; prefixes cut from "
         f"`{settings['solution_key']}` at line / sentence ends, at most {settings['max_fraction']:g} of the solution; "
         f"placement `{settings['placement']}`.", "",
         f"Problems: {summary['problems']}; " + ", ".join(f"{s} {n}" for s, n in sorted(summary["status"].items()))
@@ -304,193 +260,11 @@ def write_outputs(out: Path, table: pd.DataFrame, records: list[Mapping], screen
                   settings: Mapping[str, Any], rounds: int) -> dict[str, Any]:
     """prefixes.parquet, report.md, prefix_search.png, spend.json (set from every record) and summary.json."""
     out = Path(out)
-    _write_parquet_atomic(table, out / PREFIXES_FILE)
-    total = spend_of(records)
-    spend.write(out, spend.PREFIX_SEARCH, total)
+    with atomic.replacing(out / PREFIXES_FILE) as tmp:
+        table.to_parquet(tmp, index=False)
+    spend.write(out, spend.PREFIX_SEARCH, spend.per_problem(records))
     summary = summary_of(table, records, screened, rounds)
     plot_prefixes(table, int(settings["k"]), out / PLOT_FILE, float(settings["max_fraction"]))
     atomic.write_text(out / "report.md", render_report(summary, settings))
     atomic.write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     return summary
-
-
-# --- the whole search -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PrefixSearchSettings:
-    """Every choice of a prefix search; ``isocompute prefix-search --help`` describes each."""
-
-    out: Path
-    data: tuple[str, ...] = ()
-    recipe: str = "cpu_demo"
-    rule: str = POPE
-    k: int = DEFAULT_K
-    band: tuple[float, float] = DEFAULT_BAND
-    max_fraction: float = DEFAULT_MAX_FRACTION
-    placement: str = USER
-    solution_key: str = "extra_info.solution"
-    concurrency: int = 64
-    ray_address: str | None = None
-    check_answers: bool = True
-    restart: bool = False
-    overrides: tuple[str, ...] = ()
-
-    def check(self) -> None:
-        """Raise :class:`PrefixSearchError` naming the flag and the fix; before any model or Ray start-up."""
-        if not self.data:
-            raise PrefixSearchError("give the problems: isocompute prefix-search DATA.parquet ... -o DIR")
-        missing = [str(d) for d in self.data if not Path(d).is_file()]
-        if missing:
-            raise PrefixSearchError(f"{', '.join(missing)} not found; pass parquet files in verl's format")
-        out = Path(self.out)
-        if out.exists() and not out.is_dir():
-            raise PrefixSearchError(f"-o {out} is a file; give a directory (it is created if needed)")
-        if self.rule not in RULES:
-            raise PrefixSearchError(f"--rule {self.rule}: use {' or '.join(RULES)}")
-        if self.placement not in PLACEMENTS:
-            raise PrefixSearchError(f"--placement {self.placement}: use {' or '.join(PLACEMENTS)}")
-        for flag, value in (("--k", self.k), ("--concurrency", self.concurrency)):
-            if value < 1:
-                raise PrefixSearchError(f"{flag} must be at least 1, got {value}")
-        if not 0 < self.max_fraction <= 1:
-            raise PrefixSearchError(f"--max-fraction must be in (0, 1] (POPE: about {DEFAULT_MAX_FRACTION}), got {self.max_fraction}")
-        low, high = self.band
-        if not 0 <= low <= high <= 1:
-            raise PrefixSearchError(f"--band {low} {high}: need 0 <= LOW <= HIGH <= 1 (guided avg@k)")
-        if not self.solution_key:
-            raise PrefixSearchError("--solution-key is empty; name the oracle solution column, e.g. extra_info.solution")
-
-
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _round_line(n: int, decided: Mapping[str, Decision], skipped: int) -> str:
-    counts = Counter(d.status for d in decided.values())
-    return (f"[prefix-search] round {n}: pending {counts[PENDING]}, chosen {counts[CHOSEN]}, "
-            f"exhausted {counts[EXHAUSTED]}, skipped {skipped}")
-
-
-def prefix_search(settings: PrefixSearchSettings, log: Callable[[str], None] = _stderr, progress: bool = True) -> dict[str, Any]:
-    """Search every problem's prefix and write the outputs into ``settings.out``; returns the summary.
-
-    Raises :class:`PrefixSearchError` (or the recipe's / model's own error) on bad input, and
-    :class:`~verl_isocompute.workflow.launch.Interrupted` after SIGTERM / SIGINT once Ray is shut down (the
-    records sampled so far stay in rungs.jsonl: run again to resume)."""
-    settings.check()
-    out = Path(settings.out)
-    frame, screened = screen(load_parquet(settings.data), check_answers=settings.check_answers)
-    problems = problems_of(frame, settings.solution_key, settings.placement, settings.max_fraction)
-    if not any(p.reason is None for p in problems):
-        reasons = Counter(p.reason for p in problems) + Counter(screened["reason"].tolist())
-        raise PrefixSearchError(f"no problem has a usable prefix at --solution-key {settings.solution_key} "
-                                f"({dict(reasons)}); point --solution-key at the oracle solution column")
-
-    from verl_isocompute.workflow.curate import sampling_config, sampling_identity
-    from verl_isocompute.workflow.rollouts import KSampler
-
-    cfg = sampling_config(settings.recipe, list(settings.overrides))
-    identity = {**sampling_identity(cfg, settings.k), "placement": settings.placement, "solution_key": settings.solution_key}
-    cache = SampleCache(out, identity, restart=settings.restart, samples_file=RECORDS_FILE, settings_file=SETTINGS_FILE)
-    sampler = KSampler(cfg, settings.k, settings.concurrency)
-    prompts = guided_prompts(problems, sampler, settings.placement)
-    searched = {p.problem_id: len(p.ladder) for p in problems if p.reason is None}
-    skipped = len(problems) - len(searched)
-    records = cache.records()
-    log(f"[prefix-search] {len(problems) + len(screened)} problems: {len(searched)} to search ({settings.rule}, k = {settings.k}, "
-        f"placement {settings.placement}), {skipped + len(screened)} skipped; {len(records)} rung samplings cached")
-    rounds = 0
-    try:
-        rounds = _rounds(settings, sampler, problems, prompts, cache, records, log, progress)
-    finally:
-        cache.close()
-    table = prefixes_table(problems, records, settings.rule, settings.band, settings.placement)
-    report_settings = {**identity, "rule": settings.rule, "band": list(settings.band), "max_fraction": settings.max_fraction}
-    return write_outputs(out, table, records, screened, report_settings, rounds)
-
-
-def guided_prompts(problems: list[Problem], sampler, placement: str) -> dict[tuple[str, int], list[int]]:
-    """The guided prompt ids of every rung, as training builds them; a ladder is cut at its first rung
-    whose prompt is too long (problems with none left are skipped as ``prompt_too_long``)."""
-    from verl_isocompute.guided.agent_loop import continuation_prompt_ids
-    from verl_isocompute.workflow.rollouts import ProblemTooLong
-
-    prompts: dict[tuple[str, int], list[int]] = {}
-    for p in problems:
-        if p.reason is not None:
-            continue
-        try:
-            base = sampler.prompt_ids(p.messages) if placement == ASSISTANT else None
-        except ProblemTooLong:
-            p.ladder, p.reason = (), PROMPT_TOO_LONG
-            continue
-        fits = []
-        for rung, prefix in enumerate(p.ladder, start=1):
-            if placement == ASSISTANT:
-                ids = continuation_prompt_ids(base, prefix.text, sampler.tokenizer)
-                if len(ids) > sampler.prompt_length:
-                    break
-            else:
-                try:
-                    ids = sampler.prompt_ids(user_turn(p.messages, prefix.text))
-                except ProblemTooLong:
-                    break
-            prompts[(p.problem_id, rung)] = ids
-            fits.append(prefix)
-        p.ladder = tuple(fits)
-        if not fits:
-            p.reason = PROMPT_TOO_LONG
-    return prompts
-
-
-def _rounds(settings: PrefixSearchSettings, sampler, problems: list[Problem], prompts: Mapping[tuple[str, int], list[int]],
-            cache: SampleCache, records: list, log: Callable[[str], None], progress: bool) -> int:
-    """Sample rounds until no problem is pending; Ray and the replicas start only if something is pending."""
-    from tqdm import tqdm
-
-    from verl_isocompute.workflow import launch
-    from verl_isocompute.workflow.rollouts import running
-
-    rule, band = settings.rule, settings.band
-    searched = {p.problem_id: len(p.ladder) for p in problems if p.reason is None}
-    skipped = len(problems) - len(searched)
-    by_id = {p.problem_id: p for p in problems}
-    pending = next_rungs(searched, records, rule, band)
-    if not pending:
-        log(_round_line(0, decisions(searched, records, rule, band), skipped) + " (all decided by the cache)")
-        return 0
-    rounds = 0
-    try:
-        with launch.stopping_ray(), running(sampler, settings.ray_address) as sample_batch:
-            while pending:
-                rounds += 1
-                batch = []
-                for pid, rung in pending.items():
-                    p = by_id[pid]
-                    batch.append({
-                        "problem_id": pid, "request_id": f"prefix-{pid}-r{rung}", "prompt_ids": prompts[(pid, rung)],
-                        "ground_truth": p.ground_truth, "data_source": p.data_source, "extra_info": p.extra_info,
-                        "carry": {"rung": rung, "fraction": p.ladder[rung - 1].fraction, "prompt_ids": prompts[(pid, rung)]},
-                    })
-                bar = tqdm(total=len(batch), unit="rung", desc=f"round {rounds}: k={settings.k}", file=sys.stderr,
-                           dynamic_ncols=True, disable=not progress)
-
-                def done(record: dict, bar=bar) -> None:
-                    cache.append(record)
-                    records.append(record)
-                    bar.update(1)
-
-                started = time.perf_counter()
-                try:
-                    sample_batch(batch, done)
-                finally:
-                    bar.close()
-                decided = decisions(searched, records, rule, band)
-                log(_round_line(rounds, decided, skipped) + f" ({len(batch)} rungs x {settings.k} in {time.perf_counter() - started:.0f} s)")
-                pending = {pid: d.rung for pid, d in decided.items() if d.status == PENDING}
-    except launch.Interrupted:
-        launch.shutdown_ray()
-        raise
-    return rounds
-

@@ -14,7 +14,12 @@ Where a solution is cut. A prefix ends at a **line** boundary, and a solution wr
   tokenised alone or inside the solution (what the ``assistant`` placement relies on);
 - a token cut would tie a dataset to one tokenizer and can end mid-number, handing the policy half a step;
 - one-paragraph solutions have no inner line breaks; sentences (``.``, ``!`` or ``?`` then whitespace) are
-  the next natural step boundary there.
+  the next natural step boundary there, except after an abbreviation (``e.g.``, ``Dr.``, ``Fig.``, ...) or an
+  initial (``J. Smith``), which end no sentence.
+
+PrefixRL (arXiv 2601.18795) cuts its traces by tokens instead (the first h tokens of a successful trace) and
+varies h to make several prefixed problems per problem. :func:`prefixes_at` gives ``copies`` text prefixes at
+different lengths, :func:`token_prefixes` cuts kept token ids (no re-tokenisation: the ids are the trace's own).
 
 Prefix length is measured as the fraction ``f`` of the solution's characters (tokenizer-free; for a given
 tokenizer the token fraction is close to it). The ladder never contains the whole solution: it would hand
@@ -24,6 +29,7 @@ over the answer. POPE keeps guidance short (around a quarter of the solution), h
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -31,6 +37,10 @@ from dataclasses import dataclass
 
 DEFAULT_MAX_FRACTION = 0.25  # POPE caps the oracle prefix around a quarter of the solution (arXiv 2601.18779)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+# A period after these ends no sentence ("e.g. the sum", "Dr. Smith"); compared lower-case, with the period.
+ABBREVIATIONS = frozenset({"e.g.", "i.e.", "etc.", "vs.", "cf.", "al.", "approx.", "resp.", "dr.", "mr.", "mrs.",
+                           "ms.", "prof.", "st.", "fig.", "figs.", "eq.", "eqs.", "no.", "vol.", "p.", "pp."})
+_INITIAL = re.compile(r"^[A-Z]\.$")  # "J." of "J. Smith"
 
 # Why a problem got no prefix (counted, never raised: one bad row must not stop a dataset).
 MISSING = "missing"  # the solution column (or a level of the dotted key) is absent or null
@@ -43,11 +53,14 @@ SKIP_REASONS = (MISSING, NOT_TEXT, EMPTY, ONE_STEP, OVER_CAP)
 
 @dataclass(frozen=True)
 class Prefix:
-    """The first ``steps`` steps of a solution: ``text`` and its share ``fraction`` of the solution's characters."""
+    """The first ``steps`` steps of a solution: ``text`` and its share ``fraction`` of the solution's characters.
+    A token cut (:func:`token_prefixes`) holds the first ``steps`` token ids of a trace in ``token_ids`` and its
+    share of the trace's tokens in ``fraction``."""
 
     text: str
     steps: int
     fraction: float
+    token_ids: tuple[int, ...] | None = None
 
 
 def lookup(row: Mapping, key: str):
@@ -83,9 +96,17 @@ def _leading_blank_into_first(steps: list[str]) -> list[str]:
     return steps
 
 
+def _ends_sentence(text: str, at: int) -> bool:
+    """Whether the period (or ! ?) just before ``at`` ends a sentence: not after an abbreviation or an initial."""
+    word = text[:at].rsplit(None, 1)[-1]
+    return word.lower() not in ABBREVIATIONS and not _INITIAL.match(word)
+
+
 def _split_sentences(text: str) -> list[str]:
     steps, start = [], 0
     for match in _SENTENCE_END.finditer(text):
+        if not _ends_sentence(text, match.start()):
+            continue
         steps.append(text[start : match.end()])
         start = match.end()
     if start < len(text):
@@ -133,6 +154,47 @@ def prefix_at(solution, fraction: float, max_fraction: float = DEFAULT_MAX_FRACT
     return within[-1] if within else ladder[0]
 
 
+def _spread(ladder: list[Prefix], copies: int) -> list[Prefix]:
+    """``copies`` prefixes of ``ladder`` (shortest first) at evenly spaced lengths, ending at its longest; fewer
+    when the ladder is shorter than ``copies``."""
+    n = len(ladder)
+    picks = sorted({math.ceil(n * j / copies) - 1 for j in range(1, copies + 1)})
+    return [ladder[i] for i in picks]
+
+
+def prefixes_at(solution, fraction: float, max_fraction: float = DEFAULT_MAX_FRACTION, copies: int = 1) -> list[Prefix]:
+    """Up to ``copies`` prefixes of different lengths for one problem (PrefixRL varies the prefix length h):
+    the ladder's rungs within ``min(fraction, max_fraction)`` (or the first rung, as :func:`prefix_at`), evenly
+    spread and ending at :func:`prefix_at`'s prefix, so ``copies=1`` is that prefix. Empty without a prefix."""
+    _check_copies(copies)
+    first = prefix_at(solution, fraction, max_fraction)
+    if first is None:
+        return []
+    within = [p for p in prefix_ladder(solution, max_fraction) if p.fraction <= first.fraction]
+    return _spread(within, copies)
+
+
+def token_prefixes(token_ids, fraction: float, max_fraction: float = DEFAULT_MAX_FRACTION, copies: int = 1,
+                   decode=None) -> list[Prefix] | str:
+    """PrefixRL's token cut (arXiv 2601.18795: the first h tokens of a successful trace): the first
+    h_j = floor(n * min(fraction, max_fraction) * j / copies) of a trace's n kept token ids, j = 1..copies (at
+    least one token, never the whole trace), with ``decode(ids)`` as the prefix's text; or the reason there is
+    none (``empty``: no ids; ``over_cap``: one token is already more than the cap)."""
+    _check_fraction("fraction", fraction)
+    _check_fraction("max_fraction", max_fraction)
+    _check_copies(copies)
+    ids = tuple(int(t) for t in token_ids)
+    n = len(ids)
+    if n == 0:
+        return EMPTY
+    if n < 2 or 1 / n > max_fraction:
+        return OVER_CAP
+    share = min(fraction, max_fraction)
+    lengths = sorted({min(n - 1, max(1, math.floor(n * share * j / copies))) for j in range(1, copies + 1)})
+    text = decode or (lambda part: "")
+    return [Prefix(text(list(ids[:h])), h, h / n, ids[:h]) for h in lengths]
+
+
 def prefixes_for(solutions: Iterable, fraction: float, max_fraction: float = DEFAULT_MAX_FRACTION) -> tuple[list[Prefix | None], Counter]:
     """:func:`prefix_at` for each solution, and how many were skipped for each reason of :data:`SKIP_REASONS`."""
     out, skipped = [], Counter()
@@ -144,6 +206,11 @@ def prefixes_for(solutions: Iterable, fraction: float, max_fraction: float = DEF
         else:
             out.append(prefix_at(solution, fraction, max_fraction))
     return out, skipped
+
+
+def _check_copies(copies: int) -> None:
+    if int(copies) != copies or copies < 1:
+        raise ValueError(f"copies={copies}: guided copies per problem, an integer >= 1 (PrefixRL varies the prefix length)")
 
 
 def _check_fraction(name: str, value: float) -> None:

@@ -6,15 +6,19 @@ which becomes ``data.train_files``: by our entry point before Ray starts, or, th
 ``main_ppo``, by our trainer before verl builds its datasets (:func:`prepare_guided` is applied once: a config
 already pointing at the mixture is left alone). The prefixes are cut from the ``solution_key`` column
 (oracle solutions, POPE) or, with ``traces`` set to a curation directory, from the base model's correct
-responses that ``isocompute curate --keep-correct`` kept there (PrefixRL, :mod:`verl_isocompute.guided.traces`).
-The same options drive ``isocompute guide``.
+responses that ``isocompute curate --keep-correct`` kept there (PrefixRL, :mod:`verl_isocompute.guided.traces`),
+at line ends or, with ``cut=tokens``, after h kept token ids; or each problem gets the prefix an
+``isocompute prefix-search`` chose (``prefixes``). ``copies``, ``originals`` and ``ratio`` shape the mixture
+(:func:`verl_isocompute.guided.placement.guided_dataset`). The same options drive ``isocompute guide``; a
+mixture without any guided row is refused by both (:func:`no_guided_rows`).
 
 Validation measures the unguided problems, POPE's transfer measure (arXiv 2601.18779): validation files are
 never transformed, and one holding guided rows is refused (:func:`check_validation_files`).
 
 ``isocompute.guided.spend`` lists the spend files (or their directories) of the guided data the run trains
 on (:mod:`verl_isocompute.guided.spend`): rollouts spent before training on curation, rejection sampling
-and the prefix search, which the run log adds to C for PrefixRL's comparison (arXiv 2601.18795).
+and the prefix search, counted on the training problems only, which the run log adds to C for PrefixRL's
+comparison (arXiv 2601.18795). What else is checked before training: :mod:`verl_isocompute.guided.training_set`.
 """
 
 from __future__ import annotations
@@ -24,42 +28,81 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from verl_isocompute.guided import spend
-from verl_isocompute.guided.placement import ASSISTANT, USER, GuidedDataset, guided_dataset
+from verl_isocompute.guided.placement import ALL, ASSISTANT, FRACTION, SKIP, USER, GuidedDataset, guided_dataset
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION
 
 # Keys of isocompute.guided that are not GuideOptions (how rows are made).
 ENABLE, SPEND = "enable", "spend"
+TEXT, TOKENS = "text", "tokens"  # where a trace is cut: at line / sentence ends, or after h kept token ids
+CUTS = (TEXT, TOKENS)
 
 
 @dataclass(frozen=True)
 class GuideOptions:
-    """How guided rows are made (the keys of ``isocompute.guided`` besides ``enable``)."""
+    """How guided rows are made (the keys of ``isocompute.guided`` besides ``enable`` and ``spend``)."""
 
     solution_key: str = "extra_info.solution"  # column, or dotted path into one, holding the oracle solution
     placement: str | None = None  # user (POPE, arXiv 2601.18779) | assistant (PrefixRL, arXiv 2601.18795); None: user, assistant with traces
-    ratio: float = 1.0  # guided rows per unguided row; POPE mixes 1:1
+    ratio: float = 1.0  # share of the problems with a usable prefix to guide (POPE guides every hard problem)
     fraction: float = DEFAULT_MAX_FRACTION  # prefix length asked for, as a share of the solution's characters
     max_fraction: float = DEFAULT_MAX_FRACTION  # cap on the prefix share; POPE keeps it around 1/4
     seed: int = 0  # which problems are guided when ratio < 1
     traces: str | None = None  # a `curate --keep-correct` directory: cut the prefixes from its traces, not solution_key
     prefixes: str | None = None  # a prefix-search output dir (or its prefixes.parquet): per-problem prefixes instead of fraction
+    copies: int = 1  # guided rows per guided problem, at different prefix lengths (PrefixRL varies h; POPE: 1)
+    originals: str = ALL  # unguided originals kept: all | prefixed (POPE's 1:1 over the guided problems) | none (PrefixRL)
+    cut: str = TEXT  # text: cut at line / sentence ends; tokens: the first h kept token ids of a trace (PrefixRL)
+    unsearched: str = SKIP  # with prefixes: a problem the search found no prefix for gets none (skip) or the fixed fraction
 
     def build(self, frame) -> GuidedDataset:
         """The guided mixture of ``frame``. Placement ``None`` means: the prefix search's own placement with
-        ``prefixes``, ``assistant`` (PrefixRL) with ``traces``, else ``user`` (POPE)."""
+        ``prefixes``, ``assistant`` (PrefixRL) with ``traces``, else ``user`` (POPE). Raises ValueError when no
+        guided row comes out (:func:`no_guided_rows`)."""
         options = asdict(self)
-        traces, prefixes, placement = options.pop("traces"), options.pop("prefixes"), options.pop("placement")
+        traces, prefixes, placement, cut = options.pop("traces"), options.pop("prefixes"), options.pop("placement"), options.pop("cut")
+        if cut not in CUTS:
+            raise ValueError(f"cut={cut!r}: use text (line / sentence ends) or tokens (the kept token ids of traces)")
         if traces and prefixes:
-            raise ValueError("traces and prefixes are two sources of prefixes: give one (the prefix search cuts "
-                             "the solution column, not traces)")
+            raise ValueError("traces and prefixes are two sources of prefixes: give one (a search of traces: "
+                             "isocompute prefix-search --traces, then prefixes)")
+        if cut == TOKENS and not traces:
+            raise ValueError("cut=tokens cuts the kept token ids of traces: give traces (a curate --keep-correct directory)")
         if prefixes:
             from verl_isocompute.guided.prefix_search import read_chosen, searched_placement
 
             placement = placement or searched_placement(prefixes) or USER
             options["searched"] = read_chosen(prefixes, placement)
+        elif traces and cut == TOKENS:
+            options["token_cuts"] = trace_token_cuts(frame, traces, self.fraction, self.max_fraction, self.copies)
         elif traces:
             options["solutions"] = trace_solutions(frame, traces, self.max_fraction)
-        return guided_dataset(frame, placement=placement or (ASSISTANT if traces else USER), **options)
+        result = guided_dataset(frame, placement=placement or (ASSISTANT if traces else USER), **options)
+        if result.guided == 0:
+            raise ValueError(no_guided_rows(self, result))
+        return result
+
+
+def no_guided_rows(options: GuideOptions, result: GuidedDataset) -> str:
+    """Why a mixture has no guided row, naming the option to fix (the command's flag, the recipe's key)."""
+    if options.traces:
+        return (f"no problem has a usable trace in traces={options.traces} ({result.summary()}); curate these problems "
+                "there with `isocompute curate --keep-correct [--pass-k K]`")
+    if options.prefixes:
+        return (f"no problem has a searched prefix in prefixes={options.prefixes} ({result.summary()}); run isocompute "
+                "prefix-search on these training files" + ("" if options.unsearched == FRACTION else
+                                                         ", or guide the problems it found none for at the fixed fraction "
+                                                         "(unsearched=fraction, --unsearched fraction)"))
+    return (f"no problem has a usable prefix at solution_key={options.solution_key} ({result.summary()}); point "
+            "solution_key (--solution-key) at the oracle solution column")
+
+
+def _chosen_traces(frame, traces: str, usable) -> list[dict | None]:
+    """Per row, the problem's chosen trace line (:func:`verl_isocompute.guided.traces.choose_trace`), or None."""
+    from verl_isocompute.data.problems import row_problem_id
+    from verl_isocompute.guided.traces import by_problem, choose_trace, read_traces, traces_path
+
+    kept = by_problem(read_traces(traces), traces_path(traces))
+    return [choose_trace(kept.get(row_problem_id(row), []), usable) for row in frame.to_dict("records")]
 
 
 def trace_solutions(frame, traces: str, max_fraction: float) -> list[str | None]:
@@ -68,16 +111,47 @@ def trace_solutions(frame, traces: str, max_fraction: float) -> list[str | None]
     A row is matched to its traces by curation's problem id (prompt messages + ground truth), so any file holding
     the curated problems works (the curated sets, a mixture, the user's own copy). Raises TracesError (a
     ValueError naming the file and the fix) when the traces file is missing or unreadable."""
-    from verl_isocompute.guided.placement import row_problem_id
     from verl_isocompute.guided.prefixes import skip_reason
-    from verl_isocompute.guided.traces import by_problem, choose_trace, read_traces
 
-    kept = by_problem(read_traces(traces))
-    out = []
-    for row in frame.to_dict("records"):
-        chosen = choose_trace(kept.get(row_problem_id(row), []), lambda text: skip_reason(text, max_fraction) is None)
-        out.append(None if chosen is None else chosen["text"])
-    return out
+    chosen = _chosen_traces(frame, traces, lambda trace: skip_reason(trace["text"], max_fraction) is None)
+    return [None if trace is None else trace["text"] for trace in chosen]
+
+
+def traces_tokenizer(traces: str):
+    """The tokenizer of the model that sampled a curation's traces (its ``curation.json``), whose ids they are."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from verl_isocompute.guided.traces import TracesError, traces_path
+
+    settings = traces_path(traces).parent / "curation.json"
+    try:
+        model = json.loads(settings.read_text())["model"]
+        return AutoTokenizer.from_pretrained(model)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TracesError(f"{settings}: cannot load the tokenizer of the model that sampled the traces ({exc}); token "
+                          "cuts decode the kept ids with it: keep the curation directory with its model, or use cut=text") from None
+
+
+def trace_token_cuts(frame, traces: str, fraction: float, max_fraction: float, copies: int) -> list:
+    """Per row, PrefixRL's token cuts of the problem's shortest usable trace
+    (:func:`verl_isocompute.guided.prefixes.token_prefixes`: the first h kept token ids, ``copies`` lengths up to
+    ``fraction``), or the reason there are none. The text of each cut is decoded with the tokenizer of the model
+    that sampled the traces (``curation.json``'s model), which must be the policy's (the ids are appended as
+    they are)."""
+    from verl_isocompute.guided.prefixes import token_prefixes
+
+    chosen = _chosen_traces(frame, traces, lambda trace: isinstance(token_prefixes(trace["token_ids"], fraction, max_fraction), list))
+    if all(trace is None for trace in chosen):
+        return [None] * len(chosen)
+    tokenizer = traces_tokenizer(traces)
+
+    def decode(ids: list[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=True)
+
+    return [None if trace is None else token_prefixes(trace["token_ids"], fraction, max_fraction, copies, decode)
+            for trace in chosen]
 
 
 def read_frames(paths: list[str]):
@@ -87,7 +161,8 @@ def read_frames(paths: list[str]):
 
 
 def write_mixture(paths: list[str], out: Path, options: GuideOptions) -> GuidedDataset:
-    """Guided mixture of the problems in ``paths`` written atomically to ``out``."""
+    """Guided mixture of the problems in ``paths`` written atomically to ``out``; nothing is written when it
+    would hold no guided row (ValueError naming the option)."""
     from verl_isocompute import atomic
 
     result = options.build(read_frames(paths))
@@ -131,10 +206,12 @@ def spend_locations(block: dict) -> list[str]:
     return locations
 
 
-def guidance_spend(cfg) -> dict[str, spend.Spend]:
-    """Per-stage rollouts and tokens spent before training on the guided data (``isocompute.guided.spend``).
+def guidance_spend(cfg, problems=None) -> dict[str, spend.Spend]:
+    """Per-stage rollouts and tokens spent before training on the guided data (``isocompute.guided.spend``);
+    with ``problems`` (problem ids: :func:`verl_isocompute.guided.training_set.training_problems`), only the spend
+    on those problems.
 
-    Raises ValueError naming a listed location that holds no spend file."""
+    Raises ValueError naming a listed location that holds no spend file (or no per-problem spend)."""
     locations = spend_locations(guided_block(cfg))
     for where in locations:
         if not spend.path_of(where).is_file():
@@ -143,7 +220,7 @@ def guidance_spend(cfg) -> dict[str, spend.Spend]:
                 "directories) written by the tools that made the guided data, or drop the entry"
             )
     try:
-        return spend.total(locations)
+        return spend.total(locations, problems)
     except spend.SpendError as exc:
         raise ValueError(f"isocompute.guided.spend: {exc}") from None
 
@@ -201,19 +278,6 @@ def prepare_guided(cfg) -> GuidedDataset | None:
         result = write_mixture(paths, out, options)
     except ValueError as exc:
         raise ValueError(f"isocompute.guided: {exc}") from None
-    if result.guided == 0 and options.traces:
-        raise ValueError(
-            f"isocompute.guided: no training problem has a usable trace in isocompute.guided.traces={options.traces} "
-            f"({result.summary()}); curate these problems there with `isocompute curate --keep-correct [--pass-k K]`"
-        )
-    if result.guided == 0 and options.prefixes:
-        raise ValueError(f"isocompute.guided: no training problem has a searched prefix in isocompute.guided.prefixes="
-                         f"{options.prefixes} ({result.summary()}); run isocompute prefix-search on these training files")
-    if result.guided == 0:
-        raise ValueError(
-            f"isocompute.guided: no training problem has a usable prefix at isocompute.guided.solution_key="
-            f"{options.solution_key} ({result.summary()}); point solution_key at the oracle solution column"
-        )
     print(f"isocompute: guided training set {out}: {result.summary()}", flush=True)
     with open_dict(cfg):
         cfg.data.train_files = str(out)

@@ -93,21 +93,32 @@ def rejection_round(k: int, pass_k: int | None, taken: int, found: int) -> int:
     return min(k, pass_k - taken)
 
 
-def by_problem(lines: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+TRACE_KEYS = ("id", "text", "token_ids")  # what choosing and cutting a trace reads
+
+
+def by_problem(lines: Iterable[dict[str, Any]], path: str | os.PathLike | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The trace lines per problem id; a line without :data:`TRACE_KEYS` is a :class:`TracesError` naming the
+    file (``path``) and the line."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for line in lines:
-        out.setdefault(line["id"], []).append(line)
+    for number, line in enumerate(lines, start=1):
+        if not isinstance(line, dict) or any(key not in line for key in TRACE_KEYS) or not isinstance(line["token_ids"], list):
+            missing = [k for k in TRACE_KEYS if not isinstance(line, dict) or k not in line]
+            raise TracesError(f"{path or 'traces'}: record {number} is not a trace (lacks {missing or ['a token_ids list']}); "
+                              "it must come from `isocompute curate --keep-correct`: rerun it into that directory "
+                              "(with --restart to start over)")
+        out.setdefault(str(line["id"]), []).append(line)
     return out
 
 
 def choose_trace(traces: list[dict[str, Any]], usable) -> dict[str, Any] | None:
     """The trace whose prefix ladder guides a problem: the shortest (fewest tokens) with a usable prefix.
 
-    ``usable(text)`` says whether a text has a prefix within the cap (guided.prefixes.skip_reason is None).
+    ``usable(trace)`` says whether a trace has a prefix within the cap (e.g. guided.prefixes.skip_reason of its
+    text is None).
     The shortest correct trace is the most direct known path to the answer, so its early steps carry more of
     the solution per token. Ties go to the first written (curation before rejection, lower sample index).
     When no trace is usable, the shortest one comes back (its skip reason is then counted by the caller)."""
     if not traces:
         return None
-    pool = [t for t in traces if usable(t["text"])] or traces
+    pool = [t for t in traces if usable(t)] or traces
     return min(pool, key=lambda t: len(t["token_ids"]))  # min keeps the first of equals

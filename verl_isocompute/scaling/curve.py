@@ -52,8 +52,9 @@ from typing import Any
 import numpy as np
 
 # rollouts_with_guidance: C plus the rollouts spent before training on guided data (the run log's
-# contract, verl_isocompute.runlog), for PrefixRL's comparison (arXiv 2601.18795)
-COMPUTE_UNITS = ("rollouts", "tokens", "rollouts_with_guidance")
+# contract, verl_isocompute.runlog), for PrefixRL's comparison (arXiv 2601.18795); rollouts_with_curation: that
+# plus the curation of the training problems (both arms of a comparison spend it)
+COMPUTE_UNITS = ("rollouts", "tokens", "rollouts_with_guidance", "rollouts_with_curation")
 PRESET_PREFIX = "paper:"
 CURVE_FILE = "curve.json"
 # Where `isocompute fit` moves an older curve.json when a new fit finds no curve (see load_curve).

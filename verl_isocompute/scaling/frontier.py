@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from verl_isocompute.runlog import WITH_GUIDANCE
+from verl_isocompute.runlog import WITH_CURATION, WITH_GUIDANCE
 from verl_isocompute.scaling.curve import COMPUTE_UNITS, MAX_COMPUTE, metric_range
 from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.scaling.records import RESPONSE_LENGTH, RunLogs, name_runs
@@ -48,6 +48,11 @@ _DERIVED = {
         "rollouts": "no guidance spend logged (an unguided run, or no isocompute.guided.spend): C = its rollouts",
         "derived": "rollouts_with_guidance not logged and rollouts derived as step x n x b_problem",
         "--derive-compute": "--derive-compute: C derived as step x n x b_problem, plus the logged guidance spend",
+    },
+    WITH_CURATION["rollouts"]: {
+        "rollouts": "no spend logged (no isocompute.guided.spend): C = its rollouts",
+        "derived": "rollouts_with_curation not logged and rollouts derived as step x n x b_problem",
+        "--derive-compute": "--derive-compute: C derived as step x n x b_problem, plus the logged spend with curation",
     },
 }
 

@@ -28,7 +28,8 @@ Our trainer's counters in verl's loggers (``isocompute/rollouts``, ``isocompute/
 when present (:func:`verl_isocompute.scaling.sources.compute_names`). Every derivation is reported in
 :attr:`RunLogs.notes`. ``rollouts_with_guidance`` (guided runs: C plus the rollouts spent before training to
 make the guided data, :mod:`verl_isocompute.runlog`) is every run's C plus its logged spend, 0 for a run that
-logs none, so ``--compute rollouts_with_guidance`` compares guided runs with unguided baselines.
+logs none, so ``--compute rollouts_with_guidance`` compares guided runs with unguided baselines;
+``rollouts_with_curation`` (that plus the curation of the training problems, which both arms spend) likewise.
 
 Duplicate steps (a resumed run re-logs the steps it re-ran) keep the last value logged for each metric.
 Values logged as NaN, inf or null (verl's orjson writes NaN as null) are counted per metric and dropped;
@@ -57,11 +58,11 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from verl_isocompute.runlog import RUN_LOG, WITH_GUIDANCE, JsonlError, read_jsonl
+from verl_isocompute.runlog import RUN_LOG, WITH_CURATION, WITH_GUIDANCE, JsonlError, read_jsonl
 from verl_isocompute.scaling import sources
 from verl_isocompute.scaling.errors import ScalingError
 
-KEY_COLUMNS = ("run", "step", "n", "b_problem", "rollouts", "tokens", WITH_GUIDANCE["rollouts"])
+KEY_COLUMNS = ("run", "step", "n", "b_problem", "rollouts", "tokens", WITH_GUIDANCE["rollouts"], WITH_CURATION["rollouts"])
 RESPONSE_LENGTH = "response_length/mean"
 
 # Column names other tools use for the same things (wandb history: _step; verl: training/global_step,
@@ -582,17 +583,18 @@ def _finalize(raw: _RawRun, overrides: dict[str, int | None], derive_compute: bo
         meta[f"{key}_source"] = source
 
     per_step = float(meta["n"] * meta["b_problem"])
-    guidance = _guidance_spend(cols)
+    spent = {column: _guidance_spend(cols, column) for column in (WITH_GUIDANCE["rollouts"], WITH_CURATION["rollouts"])}
     if "rollouts" in cols and not np.isnan(cols["rollouts"]).all() and not derive_compute:
         meta["rollouts_source"] = "log"
     else:
         cols["rollouts"] = step * per_step
         meta["rollouts_source"] = "--derive-compute" if derive_compute else "derived"
-    # C with the rollouts spent before training on guided data (runlog.WITH_GUIDANCE): training C plus that spend
-    cols[WITH_GUIDANCE["rollouts"]] = cols["rollouts"] + (guidance or 0.0)
-    meta[f"{WITH_GUIDANCE['rollouts']}_source"] = (
-        meta["rollouts_source"] if meta["rollouts_source"] != "log" else "log" if guidance is not None else "rollouts"
-    )
+    # C with the rollouts spent before training (runlog.WITH_GUIDANCE, WITH_CURATION): training C plus that spend
+    for column, guidance in spent.items():
+        cols[column] = cols["rollouts"] + (guidance or 0.0)
+        meta[f"{column}_source"] = (
+            meta["rollouts_source"] if meta["rollouts_source"] != "log" else "log" if guidance is not None else "rollouts"
+        )
     if "tokens" in cols and not np.isnan(cols["tokens"]).all() and not derive_compute:
         meta["tokens_source"] = "log"
     else:
@@ -607,10 +609,10 @@ def _finalize(raw: _RawRun, overrides: dict[str, int | None], derive_compute: bo
     return cols, meta
 
 
-def _guidance_spend(cols: dict[str, np.ndarray]) -> float | None:
-    """The rollouts a run spent before training on its guided data: ``rollouts_with_guidance - rollouts``,
-    constant over the run by the run-log contract (None when the run does not log it)."""
-    with_guidance = cols.get(WITH_GUIDANCE["rollouts"])
+def _guidance_spend(cols: dict[str, np.ndarray], column: str = WITH_GUIDANCE["rollouts"]) -> float | None:
+    """The rollouts a run spent before training on its guided data: ``column - rollouts`` (``rollouts_with_guidance``
+    or ``rollouts_with_curation``), constant over the run by the run-log contract (None when the run does not log it)."""
+    with_guidance = cols.get(column)
     if with_guidance is None or "rollouts" not in cols:
         return None
     spent = with_guidance - cols["rollouts"]
@@ -619,7 +621,7 @@ def _guidance_spend(cols: dict[str, np.ndarray]) -> float | None:
         return None
     if np.ptp(spent) > 0:
         raise ScalingError(
-            f"{WITH_GUIDANCE['rollouts']} - rollouts is not constant over the run ({spent.min():g} to {spent.max():g}): "
+            f"{column} - rollouts is not constant over the run ({spent.min():g} to {spent.max():g}): "
             "the guidance spend is fixed before training; fix the log"
         )
     return float(spent[0])

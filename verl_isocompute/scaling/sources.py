@@ -50,7 +50,8 @@ WANDB_SUFFIX = ".wandb"
 WANDB_HISTORY = "wandb-history.jsonl"
 # Our trainer's cumulative compute, as verl's loggers receive it (training/trainer.py).
 COMPUTE_ALIASES = {"isocompute/rollouts": "rollouts", "isocompute/tokens": "tokens",
-                   "isocompute/rollouts_with_guidance": "rollouts_with_guidance"}
+                   "isocompute/rollouts_with_guidance": "rollouts_with_guidance",
+                   "isocompute/rollouts_with_curation": "rollouts_with_curation"}
 # Where verl's config keeps n and B_problem.
 CONFIG_KEYS = {"n": ("actor_rollout_ref", "rollout", "n"), "b_problem": ("data", "train_batch_size")}
 INSTALL = {

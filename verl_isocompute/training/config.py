@@ -130,13 +130,17 @@ def prepare_data(cfg: DictConfig) -> None:
 
 def prepare_guided_data(cfg: DictConfig) -> None:
     """``isocompute.guided``: the training files become a guided mixture (before the dataset is counted); its
-    spend files must be readable and validation files unguided (checked again by the trainer, for main_ppo)."""
+    spend files must be readable, validation files unguided, and every guided row of the training files must
+    survive verl's prompt-length filter (all checked again by the trainer, for main_ppo)."""
     from verl_isocompute.guided.recipe import check_validation_files, guidance_spend, prepare_guided
+    from verl_isocompute.guided.training_set import check_guided_lengths, training_problems
 
     try:
         check_validation_files(cfg)
         guidance_spend(cfg)
         prepare_guided(cfg)
+        check_guided_lengths(cfg)  # every guided row reaches training as made (docs/GUIDED.md)
+        guidance_spend(cfg, training_problems(cfg))
     except ValueError as exc:
         raise RecipeError(str(exc)) from None
 

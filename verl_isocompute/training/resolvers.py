@@ -25,7 +25,10 @@ What they compute (each rule lives in one place; these functions only read the c
   driver's, recorded at plugin import in ``ISOCOMPUTE_LAUNCH_DIR``: verl resolves the config again in its
   TaskRunner, a Ray process whose working directory may differ).
 - ``isocompute.model_path:``, ``isocompute.data_file:train|val``: the built-in model
-  (``isocompute.model``) and the generated problem set (``isocompute.data.source=arithmetic``).
+  (``isocompute.model``) and the generated problem set (``isocompute.data.source=arithmetic``, or ``worked``:
+  arithmetic chains with a worked solution per problem, for guided recipes).
+- ``isocompute.when_guided:A,B``: A, or B when ``isocompute.guided.enable`` is true (the CPU overlay's prompt
+  length and generated set: a guided recipe's prompts are longer and need solutions).
 - ``isocompute.device:``: ``cpu`` when the CPU platform is requested; stops the run with one line if
   ``VERL_PLATFORM=cpu`` is missing (verl picks its platform when it is imported, before any config exists).
 - ``isocompute.needs_trainer:VALUE``: VALUE, if our trainer is selected; for the settings only our trainer
@@ -45,6 +48,7 @@ from omegaconf import DictConfig, OmegaConf
 
 LAUNCH_DIR_ENV = "ISOCOMPUTE_LAUNCH_DIR"
 OPTIM = "actor_rollout_ref.actor.optim"
+DATA_SOURCES = ("arithmetic", "worked")  # generated sets of isocompute.data.source (files: the user's own)
 # The verl key each ${isocompute.allocation:KEY,...} interpolation stands for.
 ALLOCATION_KEYS = {
     "n": "actor_rollout_ref.rollout.n",
@@ -225,18 +229,33 @@ def _model_path(_root_: DictConfig) -> str:
 
 def _data_file(split: str, _root_: DictConfig) -> str:
     source = _select(_root_, "isocompute.data.source")
-    if source != "arithmetic":
+    if source not in DATA_SOURCES:
         raise ValueError(
             f"data.{split}_files is not set: pass data.{split}_files=PATH (parquet in verl's format), "
-            "or isocompute.data.source=arithmetic for the generated demo set"
+            "or isocompute.data.source=arithmetic (the generated demo set) or worked (arithmetic with worked solutions, "
+            "for guided recipes)"
         )
+    from dataclasses import fields
+
     from verl_isocompute.cpu.models import cache_dir
     from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
+    from verl_isocompute.data.worked import WorkedSpec, write_worked_dataset
 
+    spec_cls, write = (ArithmeticSpec, write_arithmetic_dataset) if source == "arithmetic" else (WorkedSpec, write_worked_dataset)
     block = OmegaConf.to_container(_root_.isocompute.data, resolve=True)
-    spec = ArithmeticSpec(**{k: v for k, v in block.items() if k != "source"})
-    train, val = write_arithmetic_dataset(cache_dir() / "data" / spec.name, spec)
+    known = {f.name for cls in (ArithmeticSpec, WorkedSpec) for f in fields(cls)}  # the other source's keys are ignored
+    unknown = sorted(set(block) - known - {"source"})
+    if unknown:
+        raise ValueError(f"isocompute.data: unknown key(s) {unknown} for the generated sets; known: {', '.join(sorted(known))}")
+    spec = spec_cls(**{k: v for k, v in block.items() if k in {f.name for f in fields(spec_cls)}})
+    train, val = write(cache_dir() / "data" / spec.name, spec)
     return str(train if split == "train" else val)
+
+
+def _when_guided(unguided: Any, guided: Any, *, _root_: DictConfig) -> Any:
+    """``unguided`` or, when ``isocompute.guided.enable`` is true, ``guided``: for an overlay whose sizes suit its
+    own data (the CPU overlay's prompt length and generated set) but not a guided recipe's longer prompts."""
+    return guided if _select(_root_, "isocompute.guided.enable") else unguided
 
 
 def _device(_root_: DictConfig) -> str:
@@ -277,6 +296,7 @@ RESOLVERS = {
     "isocompute.abspath": _abspath,
     "isocompute.model_path": _model_path,
     "isocompute.data_file": _data_file,
+    "isocompute.when_guided": _when_guided,
     "isocompute.device": _device,
     "isocompute.cpu_dtype": _cpu_dtype,
     "isocompute.needs_trainer": _needs_trainer,

@@ -51,8 +51,9 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_isocompute.guided import check as guided_check
 from verl_isocompute.guided import recipe as guided_recipe
-from verl_isocompute.guided.metrics import guided_metrics
-from verl_isocompute.runlog import GUIDANCE_SPEND, VERL_METRICS, RunLogWriter
+from verl_isocompute.guided import training_set as guided_training_set
+from verl_isocompute.guided.metrics import guided_metrics, mixture_counts
+from verl_isocompute.runlog import GUIDANCE_SPEND, GUIDED_MIXTURE, VERL_METRICS, RunLogWriter
 from verl_isocompute.training import metrics as iso_metrics
 from verl_isocompute.training.advantage import estimator_context
 from verl_isocompute.training.config import (
@@ -148,7 +149,10 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         (our entry point has made it already; verl builds the datasets after this); the guidance spend, read once."""
         guided_recipe.check_validation_files(config)
         guided_recipe.prepare_guided(config)
-        self.guidance_spend = guided_recipe.guidance_spend(config)
+        guided_training_set.check_guided_lengths(config)  # no guided row dropped or cut by verl's length limit
+        problems = guided_training_set.training_problems(config)  # the spend counts only the problems trained on
+        self.guidance_spend = guided_recipe.guidance_spend(config, problems)
+        self.spend_problems = None if problems is None else len(problems)
         self.with_guidance = bool(guided_recipe.spend_locations(guided_recipe.guided_block(config)))
 
     def _build_replay_buffer(self):
@@ -202,11 +206,22 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
             # B of the LR rule: rollouts per step that enter the gradient (n_train per problem when decoupled)
             "lr_batch_rollouts": rule_batch_rollouts(self.b_problem, self.n, self.n_train) if rule else None,
             "val_n": cfg.actor_rollout_ref.rollout.val_kwargs.n,
-            **({GUIDANCE_SPEND: guided_recipe.spend.as_json(self.guidance_spend)} if self.with_guidance else {}),
+            **({GUIDANCE_SPEND: guided_recipe.spend.as_json(self.guidance_spend), "spend_problems": self.spend_problems}
+               if self.with_guidance else {}),
+            **self._mixture(),
             "total_training_steps": self.total_training_steps,
             "verl_version": version("verl"),
             "isocompute_version": version("verl-isocompute"),
         }
+
+    def _mixture(self) -> dict:
+        """``guided_mixture``: guided / unguided rows of the training set verl built (after its filter), the real
+        ratio (docs/GUIDED.md); nothing for a dataset without guided marks."""
+        frame = getattr(self.train_dataset, "dataframe", None)
+        if frame is None or "extra_info" not in frame.column_names:
+            return {}
+        counts = mixture_counts(frame["extra_info"])
+        return {GUIDED_MIXTURE: counts} if counts else {}
 
     # -- advantages and masks ------------------------------------------------------------------------
     def _decoupled_seed(self) -> tuple[int, int] | None:
@@ -271,7 +286,7 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
                               select_fields=["prompts", "responses", "input_ids"])
         response_masks, loss_masks = response_mask.unbind(), loss_mask.unbind()
         metrics["isocompute/guided_prefix_checked"] = guided_check.check_prefixes(
-            rows, [guided_check.prefix_token_ids(self.tokenizer, infos[i]["guide_prefix"]) for i in rows],
+            rows, [guided_check.guided_prefix_ids(self.tokenizer, infos[i]) for i in rows],
             ids["prompts"].unbind(), ids["responses"].unbind(), ids["input_ids"].unbind(),
             [response_masks[i] for i in rows], [loss_masks[i] for i in rows], step=self.global_steps,
         )

@@ -34,7 +34,6 @@ cannot parse, with a prompt that is not chat messages, or duplicated are counted
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -46,6 +45,8 @@ import numpy as np
 import pandas as pd
 
 from verl_isocompute import atomic
+from verl_isocompute.data.problems import ground_truth_of, messages_of, problem_id
+from verl_isocompute.data.problems import plain as _plain
 from verl_isocompute.jsonl import JsonlAppender, JsonlError, read_jsonl
 
 DEFAULT_K = 16
@@ -91,47 +92,6 @@ class Thresholds:
 # --- problems ---------------------------------------------------------------------------------------
 
 
-def _plain(value: Any) -> Any:
-    """Parquet rows come back as numpy arrays and dicts; make them JSON-able for hashing and the cache."""
-    if isinstance(value, np.ndarray):
-        return [_plain(v) for v in value.tolist()]
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-def messages_of(prompt: Any) -> list[dict[str, str]] | None:
-    """The chat messages of a verl prompt (a list of {role, content}), or None if it is not one."""
-    prompt = _plain(prompt)
-    if not isinstance(prompt, list) or not prompt:
-        return None
-    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt):
-        return None
-    return [{"role": m["role"], "content": m["content"]} for m in prompt]
-
-
-def ground_truth_of(reward_model: Any) -> str | None:
-    """``reward_model.ground_truth`` as a string, or None when missing or empty."""
-    reward_model = _plain(reward_model)
-    if not isinstance(reward_model, dict):
-        return None
-    truth = reward_model.get("ground_truth")
-    if truth is None or (isinstance(truth, float) and math.isnan(truth)):
-        return None
-    truth = str(truth).strip() if not isinstance(truth, list) else json.dumps(truth)
-    return truth or None
-
-
-def problem_id(messages: list[dict[str, str]], ground_truth: str) -> str:
-    """Stable id: sha256 of the prompt messages and the ground truth (16 hex digits)."""
-    blob = json.dumps({"prompt": messages, "ground_truth": ground_truth}, sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
 def load_parquet(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
     """Rows of verl RL-dataset parquet files (prompt, reward_model, data_source, ...), concatenated."""
     frames = []
@@ -155,9 +115,24 @@ def load_parquet(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
     return df
 
 
+WORKED = "worked"  # our generator with a worked solution per problem (verl_isocompute.data.worked), not reasoning-gym's
+
+
 def generate(task: str, size: int, seed: int = 0, **kwargs: Any) -> pd.DataFrame:
-    """A seeded, offline problem set from a reasoning-gym generator, as verl rows."""
+    """A seeded, offline problem set from a reasoning-gym generator, as verl rows; ``worked``: arithmetic chains
+    with a worked solution in ``extra_info.solution`` (options ``terms``, ``digits``), for guided training."""
     from verl_isocompute.data.arithmetic import to_verl_row
+
+    if task == WORKED:
+        from verl_isocompute.data.worked import worked_arithmetic
+
+        unknown = sorted(set(kwargs) - {"terms", "digits"})
+        if unknown:
+            raise CurateError(f"--generate worked: unknown --gen-arg {', '.join(unknown)}; it takes terms and digits")
+        try:
+            return worked_arithmetic(size, seed=seed, **{k: int(v) for k, v in kwargs.items()})
+        except (TypeError, ValueError) as exc:
+            raise CurateError(f"--generate worked: {exc}") from None
 
     try:
         import reasoning_gym
@@ -301,14 +276,12 @@ class SampleCache:
         self._traces.write(lines)
 
     def spend(self) -> dict[str, Any]:
-        """Rollouts and tokens of every sampling in the cache, recomputed from its lines (a rerun never adds twice):
-        curation = the first k of each problem (also the k of a record later replaced), rejection = its rounds."""
-        from verl_isocompute.guided.spend import CURATION, REJECTION_SAMPLING, Spend
+        """Rollouts and tokens of every sampling in the cache per problem, recomputed from its lines (a rerun never
+        adds twice): curation = the first k of each problem (also the k of a record later replaced), rejection =
+        its rounds."""
+        from verl_isocompute.guided.spend import CURATION, REJECTION_SAMPLING, per_problem
 
-        def total(lines: list[dict[str, Any]]) -> Spend:
-            return Spend(sum(int(r["k"]) for r in lines), sum(int(sum(r.get("response_tokens", []))) for r in lines))
-
-        return {CURATION: total(self.samples.lines()), REJECTION_SAMPLING: total(self.rounds.lines())}
+        return {CURATION: per_problem(self.samples.lines()), REJECTION_SAMPLING: per_problem(self.rounds.lines())}
 
     def close(self) -> None:
         self.samples.close()
@@ -570,6 +543,8 @@ def write_outputs(
 
 
 def render_report(summary: dict[str, Any], settings: dict[str, Any], skipped: pd.DataFrame) -> str:
+    from verl_isocompute.guided.prefix_search import sampled_in
+
     k = settings["k"]
     t = summary["thresholds"]
     lines = [
@@ -577,7 +552,7 @@ def render_report(summary: dict[str, Any], settings: dict[str, Any], skipped: pd
         "",
         f"Base model `{settings.get('model')}`, {k} samples per problem at temperature {settings.get('temperature')} "
         f"(top_p {settings.get('top_p')}, at most {settings.get('max_response_length')} response tokens), "
-        f"rollout `{settings.get('rollout')}`, reward `{settings.get('reward')}`. "
+        f"rollout `{settings.get('rollout')}`{sampled_in(settings.get('dtype'))}, reward `{settings.get('reward')}`. "
         "Thresholds of the IsoCompute playbook (arXiv 2603.12151, section 3) unless changed.",
         "",
         f"Problems: {summary['problems']}; sampled: {summary['sampled']}; skipped: {summary['skipped']}. "
@@ -708,13 +683,7 @@ class CurateSettings:
 
     def recipe_overrides(self) -> list[str]:
         """The verl overrides these settings put on the recipe (model, rollout backend, sampling)."""
-        from verl_isocompute.cpu.models import MODEL_NAMES
-
-        out = list(self.overrides)
-        if self.model in MODEL_NAMES:
-            out.append(f"isocompute.model={self.model}")
-        elif self.model:
-            out += ["isocompute.model=null", f"actor_rollout_ref.model.path={Path(self.model).expanduser().absolute()}"]
+        out = list(self.overrides) + model_overrides(self.model)
         if self.rollout:
             out.append(f"actor_rollout_ref.rollout.name={self.rollout}")
         out += [
@@ -725,6 +694,18 @@ class CurateSettings:
         if self.max_response_length is not None:
             out.append(f"data.max_response_length={self.max_response_length}")
         return out
+
+
+def model_overrides(model: str | None) -> list[str]:
+    """The recipe overrides of ``--model`` (curation, the prefix search): a built-in name (tiny, smollm2) or a
+    local checkpoint path; None keeps the recipe's model."""
+    from verl_isocompute.cpu.models import MODEL_NAMES
+
+    if model in MODEL_NAMES:
+        return [f"isocompute.model={model}"]
+    if model:
+        return ["isocompute.model=null", f"actor_rollout_ref.model.path={Path(model).expanduser().absolute()}"]
+    return []
 
 
 def _stderr(message: str) -> None:
@@ -774,6 +755,15 @@ def sampling_identity(cfg, k: int) -> dict[str, Any]:
     }
 
 
+def sampling_dtype(cfg) -> str | None:
+    """The dtype the rollout samples in (``actor_rollout_ref.rollout.dtype``): curation and the prefix search
+    sample in it, which need not be the dtype a training run computes in (its own recipe's)."""
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(cfg, "actor_rollout_ref.rollout.dtype", default=None)
+    return None if value is None else str(value)
+
+
 def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progress: bool = True) -> dict[str, Any]:
     """Measure avg@k per problem and write the sets into ``settings.out``; returns the summary.
 
@@ -814,7 +804,7 @@ def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progr
         pending = problems[[next_round(states[pid], settings.k, settings.pass_k)[1] > 0 for pid in problems["problem_id"]]]
         n_new = sum(not states[pid]["curated"] for pid in pending["problem_id"])
         log(f"[curate] {len(problems) - n_new} cached, {n_new} to sample "
-            f"(k = {settings.k}, {cached_with['rollout']} rollout, model {cached_with['model']})"
+            f"(k = {settings.k}, {cached_with['rollout']} rollout in {sampling_dtype(cfg)}, model {cached_with['model']})"
             + (f"; {len(pending) - n_new} cached problems without a correct sample continue pass@{settings.pass_k}"
                if settings.pass_k else ""))
         too_long = _sample(cfg, settings, pending, states, cache, records, rounds, log, progress) if len(pending) else []
@@ -830,7 +820,7 @@ def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progr
     if settings.keep_correct:
         traces = trace_counts(records, rounds, read_traces(out), settings.pass_k)
     return write_outputs(
-        out, problems, difficulty, skipped, {**cached_with, "source": source}, settings.thresholds,
+        out, problems, difficulty, skipped, {**cached_with, "source": source, "dtype": sampling_dtype(cfg)}, settings.thresholds,
         mixture_size=settings.mixture_size, sets=settings.sets, val_size=settings.val_size,
         max_val_fraction=settings.max_val_fraction, seed=settings.seed, traces=traces,
     )
