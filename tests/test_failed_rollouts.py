@@ -232,3 +232,7 @@ def test_the_eviction_counts_we_read_are_the_names_verls_replay_buffer_writes(mo
     counts = {key for key in metrics if key.endswith("/evicted_samples")}
     assert counts == set(EVICTION_METRICS)
     assert evicted_groups(metrics) == 3
+    # and a group with a failed rollout is one it evicts, never one it samples
+    buffer.finished_keys["train"], buffer.failure_keys["train"] = {"done"}, {"failed"}
+    reasons = buffer._terminal_eviction_reasons(5, "train")
+    assert reasons[2] == {"failed"} and buffer._sampleable_terminal_keys("train", reasons) == {"done"}

@@ -24,7 +24,7 @@ def test_rollouts_of_the_current_weights_pass():
     ([(3, 3)], "1 from version 3"),
 ])
 def test_rollouts_of_other_weights_stop_the_run(spans, found):
-    with pytest.raises(StaleRolloutError, match=rf"^step 3: the trainer's weights are version 2 \(after 2 updates\), "
+    with pytest.raises(StaleRolloutError, match=rf"^step 3: the trainer's weights are version 2 \(its number of updates so far\), "
                                                 rf"but of {len(spans)} rollouts {found}: a weight sync did not reach"):
         check_rollout_versions(_tags(*spans), step=3)
 

@@ -42,7 +42,7 @@ def check_rollout_versions(tags: Iterable[dict], step: int) -> int | None:
     if wrong:
         found = ", ".join(f"{count} from version {_span(span)}" for span, count in sorted(wrong.items(), key=str))
         raise StaleRolloutError(
-            f"step {step}: the trainer's weights are version {expected} (after {expected} updates), but of "
+            f"step {step}: the trainer's weights are version {expected} (its number of updates so far), but of "
             f"{sum(versions.values())} rollouts {found}: a weight sync did not reach the rollout servers, or rollouts "
             "of an earlier step were sampled; this recipe trains fully on-policy, so the run stops here"
         )
