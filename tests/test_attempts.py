@@ -122,3 +122,12 @@ def test_a_resume_without_a_metrics_file_or_file_logger(tmp_path, metrics_path):
     history = attempts.start_attempt(_config(metrics_path.parent), metrics_path.parent, resumed_step=2)
     history.restore(SimpleNamespace(logger={}))  # verl logs no file after all: the history stays where it was
     assert [json.loads(line)["step"] for line in metrics_path.read_text().splitlines()] == [0, 1, 2]
+
+
+def test_a_resume_whose_checkpoint_step_was_never_logged_says_so():
+    """verl saves step s's checkpoint before logging step s: a run stopped in between resumes past a step its
+    counters never saw. One line says so (C cannot be recovered)."""
+    assert attempts.missing_step_notice({"step": 2, "rollouts": 64}, 2, 32) is None
+    assert attempts.missing_step_notice(None, 0, 32) is None  # a new run
+    notice = attempts.missing_step_notice({"step": 1, "rollouts": 32}, 2, 32)
+    assert notice.startswith("[isocompute] warning: the run log has no row for step 2") and "at least 32" in notice

@@ -1,4 +1,5 @@
-"""Reusing the rollout's log-probs: allowed only for a fully on-policy recipe, and then the recipe's own TIS."""
+"""Reusing the rollout's log-probs: allowed only for a fully on-policy recipe without the settings with which verl's
+bypass mode trains differently, and then with the recipe's own TIS."""
 
 from __future__ import annotations
 

@@ -144,6 +144,17 @@ def kept_rows(path: Path, step: int) -> list[tuple[int, dict]]:
     return rows
 
 
+def missing_step_notice(last_row: dict | None, resumed_step: int, rollouts_per_step: int) -> str | None:
+    """One line when the run log has no row for the step of the checkpoint a run resumes from: verl saves a
+    step's checkpoint before the step is logged, so a run stopped in between resumes after a step whose
+    rollouts its counters never saw. None when the log is complete (or the run did not resume)."""
+    if resumed_step <= 0 or (last_row is not None and last_row.get("step") == resumed_step):
+        return None
+    return (f"[isocompute] warning: the run log has no row for step {resumed_step}, whose checkpoint this run resumes "
+            f"from (the run stopped between saving the checkpoint and logging the step): from here on C and tokens "
+            f"miss that step's rollouts (at least {rollouts_per_step})")
+
+
 def start_attempt(config, run_dir: Path, resumed_step: int) -> MetricsHistory:
     """Prepare ``run_dir`` for this attempt (module docstring); prints one line when it moved or kept
     anything. ``resumed_step``: the step of the checkpoint verl loaded, 0 for none."""

@@ -59,7 +59,7 @@ from verl_isocompute.guided.metrics import guided_metrics, mixture_counts
 from verl_isocompute.runlog import GUIDANCE_SPEND, GUIDED_MIXTURE, VERL_METRICS, RunLogWriter
 from verl_isocompute.training import metrics as iso_metrics
 from verl_isocompute.training.advantage import estimator_context
-from verl_isocompute.training.attempts import MetricsHistory, start_attempt
+from verl_isocompute.training.attempts import MetricsHistory, missing_step_notice, start_attempt
 from verl_isocompute.training.config import (
     check_group_size,
     check_warmup_schedule,
@@ -208,6 +208,8 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         # verl has loaded its checkpoint (or none): a resume or a new run, by what it loaded
         self._metrics_history = start_attempt(self.config, self.run_log.path.parent, self.global_steps)
         last = self.run_log.resume(self.global_steps)
+        if notice := missing_step_notice(last, self.global_steps, self.b_problem * self.n):
+            print(notice, flush=True)
         self.compute = ComputeCounter(last["rollouts"], last["tokens"]) if last else ComputeCounter()
         self.run_log.write_header(self._header())
 
