@@ -13,7 +13,8 @@ On top of ``PPOTrainerSync`` it:
   sequence count; every row gets an id so the loss can report which rows it saw;
 - checks before the update that every rollout was sampled with the trainer's current weights (the
   version verl stamps on each trajectory, :mod:`verl_isocompute.training.weight_version`), and after it
-  that the workers trained on exactly those rows; logs the rate the update used as ``actor/lr`` (verl reports the rate of the *next* update; kept as ``actor/lr_next``);
+  that the workers trained on exactly those rows; logs the rate the update used as ``actor/lr`` (verl
+  reports the rate of the *next* update; kept as ``actor/lr_next``);
 - keeps verl's policy for failed rollouts explicit: a group with a failed rollout is evicted and replaced
   by a fresh prompt (verl's ``ReplayBufferAsync``), so every trained group has its n rollouts, and the
   evicted groups' rollouts are still charged to compute;
