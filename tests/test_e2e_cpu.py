@@ -3,7 +3,9 @@
 Ray, TransferQueue, the v1 trainer, FSDP2 on gloo, the agent loop, our hf rollout, weight sync, the reward
 loop and validation all run for real; each step saves its weights, to show the update changed them. About
 a minute and a half on 2 cores. The recipe is the demo's, so the rollout's log-probs are reused (no
-old-log-prob pass) and each step announces its phases.
+old-log-prob pass) and each step announces its phases; it runs in ``groups`` zero-variance mode with one
+sequence per micro-batch, so micro-batches with nothing to train occur every step. A second, shorter run
+skips one weight sync and must stop before training on the stale rollouts.
 """
 
 from __future__ import annotations
@@ -13,18 +15,22 @@ import json
 import pytest
 import torch
 from omegaconf import OmegaConf
-from verl_runs import PARITY_REWARD, run_recipe
+from verl_runs import FIXTURES, PARITY_REWARD, fixture_env, run_recipe
 
 pytestmark = pytest.mark.e2e
 STEPS = 3
+B_PROBLEM, N = 8, 4
 
 
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory, isocompute_cache, tiny_model_path):
     run = run_recipe(
         "cpu_demo", tmp_path_factory.mktemp("e2e") / "run",
-        "isocompute.model=tiny", PARITY_REWARD,
-        "actor_rollout_ref.rollout.n=4", f"trainer.total_training_steps={STEPS}", f"trainer.test_freq={STEPS}",
+        "isocompute.model=tiny", f"reward.custom_reward_function.path={FIXTURES / 'half_constant_reward.py'}",
+        f"actor_rollout_ref.rollout.n={N}", f"trainer.total_training_steps={STEPS}", f"trainer.test_freq={STEPS}",
+        # the demo's reuse of the rollout's log-probs in groups mode: the even-index problems' groups never vary
+        # and leave the loss, and one sequence per micro-batch makes each of their rows a micro-batch with no token
+        "isocompute.zero_variance.mode=groups", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
         # fp32 everywhere (weights, the update's compute, the rollout), so the rollout/trainer gap measures
         # the implementation, not rounding
         "isocompute.cpu.dtype=float32",
@@ -81,6 +87,40 @@ def test_rollout_logprobs_match_trainer(cpu_run):
         assert abs(d["actor/rollout_corr/kl"]) < 1e-6, (r["step"], d["actor/rollout_corr/kl"])
         lo, hi = d["actor/rollout_corr/rollout_is_min"], d["actor/rollout_corr/rollout_is_max"]
         assert 1 - 1e-4 < lo <= hi < 1 + 1e-4, (r["step"], lo, hi)
+
+
+def test_reused_log_probs_in_groups_mode_train_on_nothing_where_nothing_varies(cpu_run):
+    """The documented behaviour holds with the rollout's log-probs reused (verl's bypass loss, which raises on a
+    micro-batch with no valid token): the dropped rows' micro-batches train on nothing, the others on exactly
+    the kept rows, with a finite loss."""
+    _, rows = cpu_run
+    for r in _train_rows(rows):
+        d = r["data"]
+        kept = d["isocompute/trained_frac"] * B_PROBLEM * N
+        assert 0 < kept < B_PROBLEM * N, (r["step"], kept)  # rows were dropped, so some micro-batch was empty
+        assert d["actor/isocompute/loss_seqs"] == d["isocompute/loss_seqs"] == kept
+        assert d["isocompute/zero_var_group_frac"] > 0 and abs(d["actor/pg_loss"]) < float("inf")
+
+
+def test_every_rollout_was_sampled_with_the_trainers_weights(cpu_run):
+    """The weight version verl stamps on each rollout is checked before every update (and logged)."""
+    _, rows = cpu_run
+    assert [r["data"]["isocompute/rollout_weight_version"] for r in _train_rows(rows)] == list(range(STEPS))
+
+
+def test_a_step_whose_rollouts_missed_a_weight_sync_stops_the_run(tmp_path, isocompute_cache, tiny_model_path):
+    """tests/fixtures/skip_sync_trainer.py keeps the weights of update 1 from the rollout server: step 2's rollouts
+    come from version 0 while the trainer is at version 1, and the run stops before the update."""
+    run = run_recipe(
+        "cpu_demo", tmp_path / "run", "isocompute.model=tiny", PARITY_REWARD, "trainer.total_training_steps=2",
+        "trainer.val_before_train=false", "trainer.v1.trainer_mode=isocompute_skip_sync",
+        env=fixture_env("skip_sync_trainer", ISOCOMPUTE_SKIP_SYNC_AFTER="1"),
+        check=False,
+    )
+    assert run.returncode != 0
+    assert (f"step 2: the trainer's weights are version 1 (its number of updates so far), but of {B_PROBLEM * N} "
+            f"rollouts {B_PROBLEM * N} from version 0: a weight sync did not reach the rollout servers") in run.stdout
+    assert [r["step"] for r in run.run_log[1:]] == [1]  # step 1 passed the same check
 
 
 def test_progress_markers_name_every_phase(cpu_run):

@@ -210,3 +210,29 @@ def test_trainer_validation_with_failed_samples_never_raises():
     assert metrics["val/failed_samples"] == 9
     assert metrics["val/avg@4"] == pytest.approx((1 / 4 + 1 / 4 + 0) / 3)
     assert metrics["val/best@4"] == pytest.approx(2 / 3) and metrics["val/worst@4"] == 0.0
+
+
+def test_the_eviction_counts_we_read_are_the_names_verls_replay_buffer_writes(monkeypatch):
+    """Canary: verl's own eviction step (one stale, one DAPO-filtered and one failed group) writes exactly the
+    counters our compute accounting charges (training/metrics.py EVICTION_METRICS); renamed in verl, C would
+    silently stop counting evicted groups. The real failed rollouts are in test_recipe_e2e.py."""
+    from collections import Counter
+
+    from verl.trainer.ppo.v1 import replay_buffer
+
+    from verl_isocompute.training.metrics import EVICTION_METRICS, evicted_groups
+
+    trainer = _trainer()
+    trainer.trainer_mode = trainer.config.trainer.v1.trainer_mode
+    trainer._add_prompts_to_generate = lambda n: n
+    buffer = trainer._build_replay_buffer()
+    monkeypatch.setattr(replay_buffer.tq, "kv_clear", lambda **kwargs: None)
+    buffer.prompt_global_steps["train"]["stale"] = 1
+    _, _, _, metrics = buffer._evict_terminal_groups(5, "train", ({"stale"}, {"dapo"}, {"failed"}, Counter({1.0: 1})))
+    counts = {key for key in metrics if key.endswith("/evicted_samples")}
+    assert counts == set(EVICTION_METRICS)
+    assert evicted_groups(metrics) == 3
+    # and a group with a failed rollout is one it evicts, never one it samples
+    buffer.finished_keys["train"], buffer.failure_keys["train"] = {"done"}, {"failed"}
+    reasons = buffer._terminal_eviction_reasons(5, "train")
+    assert reasons[2] == {"failed"} and buffer._sampleable_terminal_keys("train", reasons) == {"done"}

@@ -1,4 +1,5 @@
-"""Reusing the rollout's log-probs: allowed only for a fully on-policy recipe, and then the recipe's own TIS."""
+"""Reusing the rollout's log-probs: allowed only for a fully on-policy recipe without the settings with which verl's
+bypass mode trains differently, and then with the recipe's own TIS."""
 
 from __future__ import annotations
 
@@ -41,6 +42,35 @@ def test_not_fully_on_policy_is_refused_with_the_reason(override, named):
     with pytest.raises(ValueError, match=rf"isocompute\.reuse_rollout_log_probs=true needs a fully on-policy recipe, but .*{named}"):
         prepare_reuse_rollout_log_probs(cfg)
     assert cfg.algorithm.rollout_correction.bypass_mode is False  # nothing half-applied
+
+
+# Settings with which verl's bypass loss trains differently from the recomputing path (training/on_policy.py).
+RS = ("algorithm.rollout_correction.rollout_rs=token_k1", "algorithm.rollout_correction.rollout_rs_threshold=0.5_2.0")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ((*RS, "actor_rollout_ref.actor.use_kl_loss=true"), r"rollout_rs=token_k1 with actor_rollout_ref\.actor\.use_kl_loss=True"),
+        ((*RS, "actor_rollout_ref.actor.entropy_coeff=0.001"), r"rollout_rs=token_k1 with actor_rollout_ref\.actor\.entropy_coeff=0\.001"),
+        (("algorithm.rollout_correction.rollout_is_batch_normalize=true",), r"rollout_is_batch_normalize=true \(bypass mode normalises"),
+        (("algorithm.use_kl_in_reward=true",), r"use_kl_in_reward=true \(its penalty would read the rollout's log-probs"),
+    ],
+)
+def test_settings_whose_bypass_gradient_differs_are_refused(overrides, named):
+    cfg = compose_recipe("cpu_demo", list(overrides))
+    with pytest.raises(ValueError, match=rf"^isocompute\.reuse_rollout_log_probs=true needs a fully on-policy recipe, but "
+                                         rf".*{named}.*set isocompute\.reuse_rollout_log_probs=false"):
+        prepare_reuse_rollout_log_probs(cfg)
+    assert cfg.algorithm.rollout_correction.bypass_mode is False
+
+
+def test_rejection_sampling_without_regularisers_keeps_the_reuse():
+    """Without KL / entropy the rejection acts on the policy gradient alone in both paths (same tokens, same
+    normaliser: verl counts the loss_mask, which rejection does not touch)."""
+    cfg = compose_recipe("cpu_demo", list(RS))
+    assert on_policy_problems(cfg) == [] and prepare_reuse_rollout_log_probs(cfg) is True
+    assert cfg.actor_rollout_ref.actor.policy_loss.rollout_correction.rollout_rs == "token_k1"
 
 
 def test_prepare_turns_the_refusal_into_a_recipe_error(monkeypatch, tmp_path):

@@ -1,8 +1,10 @@
 """End to end: the IsoCompute recipes in real CPU verl runs (tiny model, a reward that varies).
 
-Four runs: the Easy recipe (KL and entropy on) with the regulariser-only zero-variance filter, then resumed
-from its step-2 checkpoint; the Hard recipe in ``groups`` mode with seq-mean aggregation; the decoupled
-baseline, also with seq-mean aggregation. The tiny random model never solves a problem, so the runs score
+Four runs: the Easy recipe (KL and entropy on) with the regulariser-only zero-variance filter, started in a
+directory another run wrote to, killed (SIGKILL, a crash) after its step-2 checkpoint and resumed from it;
+the Hard recipe in ``groups`` mode with seq-mean aggregation, with an agent loop that fails for some samples
+(tests/fixtures/failing_agent_loop.py); the decoupled baseline, also with seq-mean aggregation, started with
+checkpoints in its directory that verl is told not to load. The tiny random model never solves a problem, so the runs score
 with tests/fixtures/parity_reward.py (1 for a response of odd length): groups then vary or not by chance.
 What the actor workers trained on is read from our loss's reports (``actor/isocompute/*``: counts and
 checksums of row ids, exact totals) and compared with the groups of verl's rollout dump.
@@ -12,11 +14,14 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from collections import defaultdict
+from dataclasses import dataclass
 
 import pytest
-from verl_runs import PARITY_REWARD, Run, run_recipe
+from verl_runs import PARITY_REWARD, Run, fixture_env, run_recipe, run_until_killed
+
+from verl_isocompute.runlog import read_run_log
+from verl_isocompute.scaling.records import load_runs
 
 from verl_isocompute.training.masks import row_ids
 from verl_isocompute.training.trainer import CHECKED_PROBES
@@ -48,10 +53,44 @@ def checksum(keys: list[str]) -> tuple[float, float]:
     return float(ids.sum()), float((ids**2).sum())
 
 
+def write_stale_run(run_dir):
+    """What an earlier run (n = 99) left in ``run_dir``: a run log, verl's metrics, validation generations."""
+    (run_dir / "validation").mkdir(parents=True)
+    (run_dir / "isocompute.jsonl").write_text(
+        json.dumps({"header": {"n": 99, "b_problem": 1}}) + "\n" + json.dumps({"step": 0, "n": 99, "b_problem": 1,
+                                                                               "rollouts": 0, "tokens": 0, "epoch": 0}) + "\n")
+    (run_dir / "verl_metrics.jsonl").write_text(json.dumps({"step": 0, "data": {"stale": 1.0}}) + "\n")
+    (run_dir / "validation" / "9.jsonl").write_text("{}\n")
+
+
+def verl_steps(run_dir) -> set[int]:
+    """Training steps verl's file logger has written so far."""
+    path = run_dir / "verl_metrics.jsonl"
+    if not path.is_file():
+        return set()
+    return {json.loads(line)["step"] for line in path.read_text().splitlines() if line.endswith("}") and "timing_s/step" in line}
+
+
+@dataclass
+class KilledAndResumed(Run):
+    killed_output: str = ""
+    killed_run_log: list | None = None  # isocompute.jsonl as the kill left it
+
+
 @pytest.fixture(scope="module")
-def easy_run(tmp_path_factory, isocompute_cache, tiny_model_path) -> Run:
+def easy_run(tmp_path_factory, isocompute_cache, tiny_model_path) -> KilledAndResumed:
+    """Killed once step 3 is logged (after the step-2 checkpoint, before step 4's), then resumed: the same
+    command again, which finds the checkpoint (trainer.resume_mode=auto) and runs steps 3 and 4 again."""
     run_dir = tmp_path_factory.mktemp("easy") / "run"
-    return run_recipe("isocompute_easy", run_dir, *EASY, "trainer.save_freq=2", f"trainer.rollout_data_dir={run_dir}/rollouts")
+    write_stale_run(run_dir)
+    args = (*EASY, "trainer.save_freq=2", f"trainer.rollout_data_dir={run_dir}/rollouts")
+    killed = run_until_killed("isocompute_easy", run_dir, *args, when=lambda: 3 in verl_steps(run_dir),
+                              log_path=run_dir.parent / "killed.log")
+    latest = (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip()
+    assert latest == "2", f"the kill came after the step-{latest} checkpoint"
+    killed_log = [json.loads(line) for line in (run_dir / "isocompute.jsonl").read_text().splitlines() if line.endswith("}")]
+    resumed = run_recipe("isocompute_easy", run_dir, *args)
+    return KilledAndResumed(run_dir, resumed.stdout, killed_output=killed, killed_run_log=killed_log)
 
 
 def test_logged_lr_is_the_rate_each_update_used(easy_run):
@@ -116,32 +155,104 @@ def test_run_log_rows_are_consistent(easy_run):
     for r in rows[1:]:  # failed-sample bookkeeping and the regulariser metrics, per step
         assert r["isocompute/padding_rows"] == r["isocompute/singleton_rows"] == r["isocompute/evicted_groups"] == 0
         assert {"isocompute/reg_entropy_mean", "isocompute/reg_kl_mean", "isocompute/reg_token_share"} <= set(r)
-    assert "train/pass_rate_hist" in rows[-1] and rows[-1]["train/pass_rate_hist"]["n_problems"] == 4 * B_PROBLEM
+    # the histogram of the epoch so far: since the resume, steps 3 and 4 (n_problems says how many)
+    assert "train/pass_rate_hist" in rows[-1] and rows[-1]["train/pass_rate_hist"]["n_problems"] == 2 * B_PROBLEM
 
 
 def test_resumed_run_continues_compute(easy_run):
-    ckpt = easy_run.run_dir / "checkpoints"
-    before = {r["step"]: r for r in easy_run.run_log[1:]}
-    shutil.rmtree(ckpt / "global_step_4")
-    (ckpt / "latest_checkpointed_iteration.txt").write_text("2")
-    resumed = run_recipe("isocompute_easy", easy_run.run_dir, *EASY, "trainer.save_freq=-1")
-    header, *rows = resumed.run_log
-    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]  # steps 3-4 replaced, nothing duplicated
+    before = {r["step"]: r for r in easy_run.killed_run_log[1:]}
+    assert sorted(before) == [0, 1, 2, 3]  # the killed attempt had logged step 3
+    header, *rows = easy_run.run_log
+    assert header == easy_run.killed_run_log[0]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]  # step 3 replaced, nothing duplicated
     assert [r["rollouts"] for r in rows] == [s * B_PROBLEM * N for s in range(5)]
-    assert rows[2] == before[2]  # kept as it was
+    assert rows[:3] == [before[s] for s in range(3)]  # kept as they were
     assert rows[3]["tokens"] > before[2]["tokens"]  # counted on from the checkpoint, not from zero
     assert rows[3]["lr"] == pytest.approx(RULE)  # the restored schedule continues at update 3
+    assert "[isocompute] resuming from the checkpoint of step 2: the run log keeps steps 0-2" in easy_run.stdout
+
+
+def test_a_killed_and_resumed_run_keeps_every_step_of_verls_metrics(easy_run):
+    """verl's file logger reopens its file from scratch on the resume; steps 0-2 of the killed attempt are
+    written back, step 3 is the resumed attempt's, and fit's reader sees every step."""
+    rows = easy_run.verl_rows
+    assert [r["step"] for r in rows] == [0, 1, 2, 2, 3, 4]  # the resume validates at step 2 before training on
+    assert [r["step"] for r in easy_run.train_rows] == [1, 2, 3, 4]
+    log = {r["step"]: r for r in easy_run.run_log[1:]}
+    for r in easy_run.train_rows:  # each row is the attempt whose run-log row survived
+        assert r["data"]["isocompute/tokens"] == log[r["step"]]["tokens"], r["step"]
+    assert not list(easy_run.run_dir.glob("verl_metrics.jsonl.*"))
+    steps = load_runs([easy_run.run_dir / "verl_metrics.jsonl"], n=N, b_problem=B_PROBLEM).steps
+    assert steps["step"].tolist() == [0, 1, 2, 3, 4]
+    assert steps["rollouts"].tolist()[1:] == [s * B_PROBLEM * N for s in range(1, 5)]  # step 0 (validation) logs no C
+    assert load_runs([easy_run.run_dir]).steps["step"].tolist() == [0, 1, 2, 3, 4]  # the run log, same steps
+
+
+def test_a_new_run_moved_the_previous_runs_records_aside(easy_run):
+    """The killed attempt was a new run (no checkpoint yet) in a directory an n = 99 run had written to."""
+    (previous,) = (easy_run.run_dir / "previous").iterdir()
+    assert read_run_log(previous / "isocompute.jsonl").header["n"] == 99
+    assert (previous / "verl_metrics.jsonl").is_file() and (previous / "validation" / "9.jsonl").is_file()
+    assert easy_run.run_log[0]["header"]["n"] == N and not (easy_run.run_dir / "validation" / "9.jsonl").exists()
+    assert [r["step"] for r in easy_run.run_log[1:]].count(0) == 1  # one step-0 row: this run's
+    moved = [line for line in easy_run.killed_output.splitlines() if "which held another run's records" in line]
+    assert len(moved) == 1 and "moved isocompute.jsonl, verl_metrics.jsonl, validation/" in moved[0] and str(previous) in moved[0]
 
 
 @pytest.fixture(scope="module")
 def groups_run(tmp_path_factory, isocompute_cache, tiny_model_path) -> Run:
+    """Also the failed-rollouts run: session 1 of every problem whose index is a multiple of 4 fails."""
     run_dir = tmp_path_factory.mktemp("groups") / "run"
     return run_recipe(
         "isocompute_hard", run_dir, "+platform=cpu", PARITY_REWARD, "isocompute.zero_variance.mode=groups",
         "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
         "isocompute.cpu.dtype=bfloat16",  # the one bf16 run (the others run the overlay's fp32)
         "trainer.total_training_steps=2", "trainer.val_before_train=false", f"trainer.rollout_data_dir={run_dir}/rollouts",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=isocompute_test_failing",
+        env=fixture_env("failing_agent_loop", ISOCOMPUTE_FAILURE_LOG=str(run_dir.parent / "failures.jsonl")),
     )
+
+
+def failed_groups(run: Run) -> dict[int, set[str]]:
+    """Per step, the prompt uids whose agent loop the fixture made fail."""
+    out = defaultdict(set)
+    for line in (run.run_dir.parent / "failures.jsonl").read_text().splitlines():
+        failure = json.loads(line)
+        out[failure["step"]].add(failure["uid"])
+    return out
+
+
+def test_groups_with_a_failed_rollout_are_evicted_refilled_and_charged(groups_run):
+    """A rollout whose agent loop raised: verl evicts its group and samples a fresh problem in its place; every
+    trained group keeps its n rollouts, no rollout of an evicted group is trained on, and C counts the evicted
+    groups' n rollouts too. (If verl trained the short groups, or renamed its eviction counter, this fails.)"""
+    failed = failed_groups(groups_run)
+    assert sum(map(len, failed.values())) > 0  # the seeded data has problems with such an index
+    rows = {r["step"]: r for r in groups_run.run_log[1:]}
+    rollouts = 0
+    for row in groups_run.train_rows:
+        step, data = row["step"], row["data"]
+        evicted = len(failed[step])
+        assert data.get("training/rollout_failure/evicted_samples", 0) == evicted  # verl's counter, by its name
+        assert data["isocompute/evicted_groups"] == evicted and data["isocompute/evicted_rollouts"] == evicted * N
+        rollouts += (B_PROBLEM + evicted) * N
+        assert rows[step]["rollouts"] == data["isocompute/rollouts"] == rollouts
+        assert rows[step]["isocompute/evicted_groups"] == evicted
+        samples = [json.loads(x) for x in (groups_run.run_dir / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
+        groups = defaultdict(int)
+        for sample in samples:
+            groups[sample["uid"].rsplit("_", 2)[0]] += 1
+        assert sorted(groups.values()) == [N] * B_PROBLEM  # B_problem whole groups
+        assert not set(groups) & failed[step]  # none of them evicted
+        assert data["isocompute/padding_rows"] == data["isocompute/singleton_rows"] == 0
+
+
+def test_verl_still_writes_the_metrics_we_read(easy_run):
+    """Canary: the names of verl's step metrics our trainer and run log read (reward, lr, response length,
+    the rollout/trainer gap of the old-log-prob pass, step time) are in every training row of a real run."""
+    for row in easy_run.train_rows:
+        for name in ("critic/score/mean", "actor/lr", "response_length/mean", "training/rollout_probs_diff_max", "timing_s/step"):
+            assert name in row["data"], (row["step"], name)
 
 
 def test_groups_mode_trains_exactly_the_varying_groups(groups_run):
@@ -160,12 +271,28 @@ def test_groups_mode_trains_exactly_the_varying_groups(groups_run):
 
 @pytest.fixture(scope="module")
 def decoupled_run(tmp_path_factory, isocompute_cache, tiny_model_path) -> Run:
+    """Started in a directory with another run's records and a checkpoint that verl is told not to load."""
+    run_dir = tmp_path_factory.mktemp("decoupled") / "run"
+    write_stale_run(run_dir)
+    (run_dir / "checkpoints" / "global_step_1").mkdir(parents=True)  # empty: loading it would fail
+    (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("1")
     return run_recipe(
-        "isocompute_hard", tmp_path_factory.mktemp("decoupled") / "run", "+platform=cpu", PARITY_REWARD,
+        "isocompute_hard", run_dir, "+platform=cpu", PARITY_REWARD,
         "algorithm.adv_estimator=isocompute_grpo_decoupled", "isocompute.decoupled.n_train=2",
         "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
-        "trainer.total_training_steps=2", "trainer.val_before_train=false",
+        "trainer.total_training_steps=2", "trainer.val_before_train=false", "trainer.resume_mode=disable",
     )
+
+
+def test_a_run_that_loads_no_checkpoint_is_a_new_run(decoupled_run):
+    """trainer.resume_mode=disable: a new run although the directory holds a checkpoint. Its log starts with its
+    own header; the previous run's records and checkpoints are moved aside, not mixed in."""
+    header, *rows = decoupled_run.run_log
+    assert header["header"]["n"] == N and [r["step"] for r in rows] == [1, 2]
+    (previous,) = (decoupled_run.run_dir / "previous").iterdir()
+    assert read_run_log(previous / "isocompute.jsonl").header["n"] == 99
+    assert (previous / "checkpoints" / "global_step_1").is_dir() and not (decoupled_run.run_dir / "checkpoints").exists()
+    assert "[isocompute] a new run (trainer.resume_mode=disable, no checkpoint loaded)" in decoupled_run.stdout
 
 
 def test_decoupled_trains_on_n_train_and_charges_n_est(decoupled_run):

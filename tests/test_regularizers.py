@@ -196,3 +196,36 @@ def test_probes_report_exact_step_totals_of_what_the_loss_masked():
     mean, share = probe["reg_entropy_sum"] / probe["reg_tokens"], probe["reg_tokens"] / (2 * data["batch_num_tokens"])
     assert value(metrics["actor/entropy_loss"]).item() == pytest.approx(2 * mean * share, rel=1e-5)
     assert "reg_kl_sum" in probe
+
+
+def _bypass_config(**overrides):
+    """What isocompute.reuse_rollout_log_probs sets (training/on_policy.py): verl's bypass loss, REINFORCE, token TIS."""
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+    from verl.workers.config.actor import PolicyLossConfig
+
+    correction = RolloutCorrectionConfig(rollout_is="token", rollout_is_threshold=2.0, bypass_mode=True, loss_type="reinforce")
+    return dataclasses.replace(_config(), policy_loss=PolicyLossConfig(loss_mode="bypass_mode", rollout_correction=correction),
+                               **overrides)
+
+
+@pytest.mark.parametrize("reg_mask", [None, [0] * B])
+def test_bypass_micro_batch_with_nothing_to_train_is_loss_zero_not_an_error(reg_mask):
+    """Reusing the rollout's log-probs (verl's bypass loss) with groups mode: a micro-batch whose rows were all
+    dropped has no token left. verl's bypass loss raises there; ours trains on nothing (loss and gradient 0) and
+    reports the metrics of any other micro-batch (verl aggregates them per name over micro-batches and ranks)."""
+    data, output = _batch(reg_mask=reg_mask)
+    data["response_mask"] = torch.zeros(B, R)
+    tu.assign_non_tensor(data, batch_num_tokens=0)
+    output["log_probs"].requires_grad_(True)
+    with pytest.raises(ValueError, match="at least one valid token"):
+        ppo_loss(_bypass_config(), output, data.copy())
+    loss, metrics = isocompute_ppo_loss(_bypass_config(), output, _with(data, **{ROW_ID_FIELD: [1.0] * B}))
+    loss.backward()
+    assert loss.item() == 0.0 and torch.count_nonzero(output["log_probs"].grad) == 0
+    for key in ("actor/pg_loss", "actor/entropy_loss", "kl_loss"):
+        assert value(metrics[key]).item() == 0.0, key
+    assert value(metrics["actor/isocompute/loss_seqs"]).item() == 0 and value(metrics["actor/isocompute/reg_seqs"]).item() == 0
+    trained, trained_output = _batch(reg_mask=reg_mask)
+    _, usual = isocompute_ppo_loss(_bypass_config(), trained_output, _with(trained, **{ROW_ID_FIELD: [1.0] * B}))
+    assert set(metrics) == set(usual) and "actor/rollout_corr/rollout_is_mean" not in usual  # same names as usual
+    assert any(key.startswith("rollout_corr/") for key in usual)

@@ -35,6 +35,14 @@ one, verl's padding) must leave the normaliser too, per aggregation mode (verl's
   ``groups`` mode or the decoupled baseline with seq-mean aggregation otherwise.
 - ``token-sum``: no normaliser; dropped rows add 0.
 
+A micro-batch can be left with no token at all (all its rows dropped). verl's vanilla loss then gives 0;
+its bypass loss (``isocompute.reuse_rollout_log_probs``, :mod:`verl_isocompute.training.on_policy`) raises
+("response_mask must contain at least one valid token") while computing the rollout-correction weights.
+For that micro-batch this loss runs verl's bypass loss on a stand-in, the dropped rows' own tokens with
+advantage 0 and the regularisers masked out: the loss and its gradient are exactly 0, and verl reports the
+same metrics as for any micro-batch (the correction weights of those tokens; every rank and micro-batch
+must report the same metric names for verl to aggregate them).
+
 The loss also reports what it saw, so a run shows (and the trainer checks) that the masks reached the
 workers: counts, tokens and a checksum of the rows the regularisers act on and of the rows that carry
 loss, and the normalisers it used (``actor/isocompute/*``; summed exactly over micro-batches and ranks).
@@ -147,9 +155,11 @@ def isocompute_ppo_loss(config, model_output, data, dp_group=None):
 
     _fix_normalisers(config, data)
     keys = data.keys()
+    response_mask = data.select("response_mask").to_padded_tensor()["response_mask"].to(bool)
+    if config.policy_loss.get("loss_mode", "vanilla") == "bypass_mode" and not response_mask.any():
+        return _untrained_bypass_loss(config, model_output, data, dp_group, response_mask)
     if REG_MASK_FIELD not in keys and ROW_ID_FIELD not in keys:
         return ppo_loss(config, model_output, data, dp_group)
-    response_mask = data.select("response_mask").to_padded_tensor()["response_mask"].to(bool)
     if REG_MASK_FIELD in keys:
         reg_rows = data[REG_MASK_FIELD].to(torch.float32).to(response_mask.device)
     else:
@@ -163,4 +173,19 @@ def isocompute_ppo_loss(config, model_output, data, dp_group=None):
         loss, metrics = ppo_loss(config, model_output, data, dp_group)
     if ROW_ID_FIELD in keys:
         metrics.update(_probes(data, response_mask, reg_rows, entropy, kld))
+    return loss, metrics
+
+
+def _untrained_bypass_loss(config, model_output, data, dp_group, response_mask):
+    """Loss 0 (and a zero gradient) for a micro-batch with no token to train, in verl's bypass mode, with the
+    metrics verl's bypass loss reports (module docstring)."""
+    stand_in = data.copy()
+    stand_in["response_mask"] = torch.ones_like(data["response_mask"])  # the dropped rows' own tokens
+    stand_in["advantages"] = torch.zeros_like(data["advantages"])
+    tokens = stand_in.select("response_mask").to_padded_tensor()["response_mask"].to(bool)
+    entropy, kld = _regulariser_terms(config, model_output, stand_in)
+    no_rows = torch.zeros(tokens.shape[0], 1, device=tokens.device)
+    loss, metrics = _masked_regularisers_loss(config, model_output, stand_in, dp_group, tokens, no_rows, entropy, kld)
+    if ROW_ID_FIELD in data.keys():
+        metrics.update(_probes(data, response_mask, no_rows.reshape(-1), entropy, kld))
     return loss, metrics

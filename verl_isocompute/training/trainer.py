@@ -11,8 +11,10 @@ On top of ``PPOTrainerSync`` it:
   TransferQueue fields the actor workers train on: dropped rows lose their ``response_mask`` and
   ``loss_mask``; ``regularizers`` mode adds the KL / entropy mask; seq-mean aggregation gets the kept
   sequence count; every row gets an id so the loss can report which rows it saw;
-- checks after the update that the workers trained on exactly those rows, and logs the rate the update
-  used as ``actor/lr`` (verl reports the rate of the *next* update; kept as ``actor/lr_next``);
+- checks before the update that every rollout was sampled with the trainer's current weights (the
+  version verl stamps on each trajectory, :mod:`verl_isocompute.training.weight_version`), and after it
+  that the workers trained on exactly those rows; logs the rate the update used as ``actor/lr`` (verl
+  reports the rate of the *next* update; kept as ``actor/lr_next``);
 - keeps verl's policy for failed rollouts explicit: a group with a failed rollout is evicted and replaced
   by a fresh prompt (verl's ``ReplayBufferAsync``), so every trained group has its n rollouts, and the
   evicted groups' rollouts are still charged to compute;
@@ -31,7 +33,9 @@ On top of ``PPOTrainerSync`` it:
   adds the guided data's spend files (``isocompute.guided.spend``) to C in the run log (``*_with_guidance``);
 - writes the run log ``<isocompute.run_dir>/isocompute.jsonl`` (:mod:`verl_isocompute.runlog`): a header,
   then one row per step (a step-0 row carries the validation before training). A run resumed from a
-  checkpoint continues C and tokens from the log and drops rows past the resumed step.
+  checkpoint continues C and tokens from the log and drops rows past the resumed step; verl's metrics file
+  keeps its rows up to that step too; a new run (no checkpoint loaded) in a directory another run wrote
+  to moves that run's records aside first (:mod:`verl_isocompute.training.attempts`).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from verl_isocompute.guided.metrics import guided_metrics, mixture_counts
 from verl_isocompute.runlog import GUIDANCE_SPEND, GUIDED_MIXTURE, VERL_METRICS, RunLogWriter
 from verl_isocompute.training import metrics as iso_metrics
 from verl_isocompute.training.advantage import estimator_context
+from verl_isocompute.training.attempts import MetricsHistory, missing_step_notice, start_attempt
 from verl_isocompute.training.config import (
     check_group_size,
     check_trainer_settings,
@@ -78,6 +83,7 @@ from verl_isocompute.training.names import (
 from verl_isocompute.training.on_policy import unapplied_reuse_notice
 from verl_isocompute.training.progress import PhaseAnnouncer
 from verl_isocompute.training.regularizers import PROBE_PREFIX
+from verl_isocompute.training.weight_version import check_rollout_versions
 
 # What the trainer sent and the loss reports back (regularizers.PROBE_PREFIX + name), compared every step.
 CHECKED_PROBES = ("loss_seqs", "loss_tokens", "loss_rowsum", "reg_seqs", "reg_tokens", "reg_rowsum", "reg_rowsqsum")
@@ -129,6 +135,7 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         self._expected_probes: dict = {}
         self._val_info: dict = {}
         self._epoch_records: list[dict] = []
+        self._metrics_history = MetricsHistory()
 
     # -- set-up --------------------------------------------------------------------------------------
     def _read_settings(self, config) -> None:
@@ -179,7 +186,11 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
 
         actor_config = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
         self.actor_rollout_wg.set_loss_fn(partial(isocompute_ppo_loss, config=actor_config))
+        # verl has loaded its checkpoint (or none): a resume or a new run, by what it loaded
+        self._metrics_history = start_attempt(self.config, self.run_log.path.parent, self.global_steps)
         last = self.run_log.resume(self.global_steps)
+        if notice := missing_step_notice(last, self.global_steps, self.b_problem * self.n):
+            print(notice, flush=True)
         self.compute = ComputeCounter(last["rollouts"], last["tokens"]) if last else ComputeCounter()
         self.run_log.write_header(self._header())
 
@@ -317,6 +328,10 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
 
     # -- the actor update ----------------------------------------------------------------------------
     def _update_actor(self, batch, metrics: dict):
+        if not OmegaConf.select(self.config, "skip.rollout_tq.enable", default=False):  # replayed rollouts: on purpose
+            version = check_rollout_versions(batch.tags, int(self.global_steps))
+            if version is not None:
+                metrics["isocompute/rollout_weight_version"] = version
         batch = super()._update_actor(batch, metrics)
         self._check_probes(metrics)
         self._log_regularisers(metrics)
@@ -382,7 +397,12 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         return metric_dict
 
     # -- the run log ---------------------------------------------------------------------------------
+    def on_validate_begin(self) -> None:
+        self._metrics_history.restore(self.logger)  # verl's logger exists and has logged nothing yet
+        super().on_validate_begin()
+
     def on_train_begin(self) -> None:
+        self._metrics_history.restore(self.logger)
         super().on_train_begin()
         # Validation before training is logged as step 0 of a fresh run; a resumed run already has it.
         if self._val_info and self.global_steps == 1:
