@@ -87,8 +87,8 @@ def validation_points(
     if compute not in COMPUTE_UNITS:
         raise ScalingError(f"compute must be one of {', '.join(COMPUTE_UNITS)}, got {compute!r}")
     steps = logs.steps
-    if metric in logs.text_cells and (metric not in steps or not steps[metric].notna().any()):
-        raise ScalingError(f"{logs.text_cells[metric]}, not a number: {metric} holds no number in that file; fix the log")
+    if metric in logs.text_cells:  # a run would be left out for want of a number: refused, not a note
+        raise ScalingError(f"{logs.text_cells[metric]}, not a number: {metric} holds no number in that run; fix the log")
     dropped_nonfinite = int(logs.nonfinite.get(metric, 0))
     if metric not in steps or not steps[metric].notna().any():
         if dropped_nonfinite:

@@ -124,7 +124,8 @@ def load_runs(
         if fmt in sources.FORMATS:
             run = sources.read(path, fmt)
             columns = {key: run.frame[key].to_numpy(dtype=float) for key in run.frame.columns}
-            batch = [_RawRun(run.name, run.path, fmt, columns, run.header, run.nonfinite, truncated_line=run.truncated)]
+            batch = [_RawRun(run.name, run.path, fmt, columns, run.header, run.nonfinite, truncated_line=run.truncated,
+                             text_cells=run.text_cells)]
         else:
             batch = _read_csv(path) if fmt == "csv" else [_read_jsonl(path, fmt)]
         for raw in batch:
@@ -545,7 +546,7 @@ def _finalize(raw: _RawRun, overrides: dict[str, int | None], derive_compute: bo
     """One run's columns in step order with n, b_problem, rollouts and tokens settled, and its row of ``runs``."""
     cols = raw.columns
     if raw.truncated_line:
-        notes.add("last line was cut off mid-write and skipped", raw.name)
+        notes.add("last line (record) was cut off mid-write and skipped", raw.name)
     if "step" not in cols or len(cols["step"]) == 0:
         raise ScalingError(f"{raw.path}: no training steps logged (every line needs a 'step')")
     step = cols["step"]
