@@ -2,7 +2,9 @@
 
 RUNS are run directories (holding isocompute.jsonl), log files (isocompute.jsonl, verl file-logger
 .jsonl, a wandb/tensorboard .csv export), tensorboard event-file directories, wandb run directories, or
-directories searched recursively. Writes curve.json, frontier.csv, records.csv, fits.csv, report.md,
+directories searched recursively. n and B_problem of a run come from its log, a --run-table, --n /
+--b-problem, the run's hydra record (.hydra/config.yaml; for tensorboard_log/<project>/<experiment>, the
+record of that experiment next to tensorboard_log) or its name (..._n16_bp32), in that order. Writes curve.json, frontier.csv, records.csv, fits.csv, report.md,
 frontier.png, n_star.png and compare.json/.csv/.png (what each fixed n costs) into --out, atomically.
 
 Exit status: 0 fitted; 1 no curve (n*(C) could not be determined or a fit did not converge: the
@@ -44,9 +46,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", type=int, default=FitOptions.bootstrap,
                         help="bootstrap resamples over runs for confidence intervals (default 200; 0 = none)")
     parser.add_argument("--seed", type=int, default=FitOptions.seed, help="bootstrap seed (default 0)")
-    parser.add_argument("--n", type=int, default=None, help="n for logs that do not record it (verl file logs, CSVs)")
+    parser.add_argument("--run-table", default=None, metavar="FILE",
+                        help="n and B_problem per run, for logs that do not record them: a CSV with columns run,n,b_problem "
+                             "or a YAML run: {n: N, b_problem: B}; run = the run's name as fit shows it or its last "
+                             "path component (a tensorboard run: its experiment name)")
+    parser.add_argument("--n", type=int, default=None,
+                        help="n for every run whose log, run table and hydra record do not say it (verl file logs, "
+                             "tensorboard, CSVs)")
     parser.add_argument("--b-problem", type=int, default=None,
-                        help="B_problem (data.train_batch_size) for logs that do not record it")
+                        help="B_problem (data.train_batch_size) for every run whose log, run table and hydra record do not say it")
     parser.add_argument("--derive-compute", action="store_true",
                         help="ignore logged compute counters; use C = step x n x b_problem")
     parser.add_argument("--compare", default=None, metavar="CURVE",
@@ -57,7 +65,7 @@ def options_from_args(args: argparse.Namespace) -> FitOptions:
     return FitOptions(
         metric=args.metric, compute=args.compute, bucket=args.bucket, group_by=args.group_by, fit_on=args.fit_on,
         shared_r0=not args.per_group_r0, ema=args.ema, window=args.window, k_max=args.k_max,
-        bootstrap=args.bootstrap, seed=args.seed, n=args.n, b_problem=args.b_problem,
+        bootstrap=args.bootstrap, seed=args.seed, n=args.n, b_problem=args.b_problem, run_table=args.run_table,
         derive_compute=args.derive_compute,
     )
 

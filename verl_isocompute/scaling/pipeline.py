@@ -33,6 +33,7 @@ class FitOptions:
     seed: int = 0
     n: int | None = None
     b_problem: int | None = None
+    run_table: str | None = None
     derive_compute: bool = False
 
     @classmethod
@@ -109,6 +110,8 @@ class FitOptions:
             value = integer(name)
             if getattr(self, name) is not None and (value is None or value < 1):
                 refuse(name, "an integer >= 1")
+        if self.run_table is not None and (not isinstance(self.run_table, (str, os.PathLike)) or not str(self.run_table)):
+            refuse("run_table", "a CSV or YAML file of run -> n, b_problem")
         for name in ("shared_r0", "derive_compute"):
             if not isinstance(getattr(self, name), bool):
                 refuse(name, "true or false")
@@ -154,7 +157,8 @@ def run_fit(
             f"{options.compute}; pass --compute {compare.compute_unit} (a sweep plan: fit: {{compute: "
             f"{compare.compute_unit}}}) or compare with another curve"
         )
-    logs = load_runs(runs, n=options.n, b_problem=options.b_problem, derive_compute=options.derive_compute)
+    logs = load_runs(runs, n=options.n, b_problem=options.b_problem, derive_compute=options.derive_compute,
+                     run_table=options.run_table)
     frontier = build_frontier(logs, metric=options.metric, compute=options.compute, bucket=options.bucket, ema=options.ema)
     result = fit_frontier(
         frontier, group_by=options.group_by, fit_on=options.fit_on, shared_r0=options.shared_r0,

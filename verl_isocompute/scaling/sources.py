@@ -26,10 +26,11 @@ Values that are not numbers follow the policy of the JSONL and CSV readers (:cla
 naming where, unless the key holds no number at all in the run (a tag, a table, an image).
 
 n and B_problem come from the wandb config (``actor_rollout_ref.rollout.n``, ``data.train_batch_size``,
-the keys verl's config logs) into the run's header; tensorboard logs carry no config, so records.py
-takes them from ``--n``/``--b-problem``, a ``.hydra/config.yaml`` nearby or the run name
-(``..._n16_bp32``). Our trainer's compute counters reach verl's loggers as ``isocompute/rollouts`` and
-``isocompute/tokens``; they become the ``rollouts`` and ``tokens`` columns (:func:`compute_names`, also
+the keys verl's config logs) into the run's header; tensorboard logs carry no config, so
+:mod:`verl_isocompute.scaling.run_settings` finds them (a run table, ``--n``/``--b-problem``, the run's
+hydra record, the run name). Our trainer's compute counters and the run's n and B_problem reach verl's
+loggers as ``isocompute/rollouts``, ``isocompute/tokens``, ``isocompute/n`` and ``isocompute/b_problem``;
+they become the ``rollouts``, ``tokens``, ``n`` and ``b_problem`` columns (:func:`compute_names`, also
 applied to verl's file logger). Pure: no verl, no torch.
 """
 
@@ -53,9 +54,10 @@ FORMATS = (WANDB, TENSORBOARD)
 TB_EVENTS_PREFIX = "events.out.tfevents."
 WANDB_SUFFIX = ".wandb"
 WANDB_HISTORY = "wandb-history.jsonl"
-# Our trainer's cumulative compute, as verl's loggers receive it (training/trainer.py).
+# Our trainer's cumulative compute and the run's n and B_problem, as verl's loggers receive them (training/trainer.py).
 COMPUTE_ALIASES = {"isocompute/rollouts": "rollouts", "isocompute/tokens": "tokens",
-                   "isocompute/rollouts_with_guidance": "rollouts_with_guidance"}
+                   "isocompute/rollouts_with_guidance": "rollouts_with_guidance",
+                   "isocompute/n": "n", "isocompute/b_problem": "b_problem"}
 # Where verl's config keeps n and B_problem.
 CONFIG_KEYS = {"n": ("actor_rollout_ref", "rollout", "n"), "b_problem": ("data", "train_batch_size")}
 INSTALL = {

@@ -36,7 +36,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from verl_isocompute.runlog import VERL_METRICS
 from verl_isocompute.training import resolvers
 from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
-from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, ESTIMATORS, TRAINER
+from verl_isocompute.training.names import (
+    DECOUPLED_ESTIMATOR,
+    ESTIMATORS,
+    OFF,
+    REGULARIZERS,
+    TRAINER,
+    ZERO_VARIANCE_MODES,
+)
 
 resolvers.register()  # before any recipe is composed: the recipes interpolate them
 from verl_isocompute.training.on_policy import prepare_reuse_rollout_log_probs
@@ -134,8 +141,10 @@ def prepare_run_dir(cfg: DictConfig) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     with open_dict(cfg):
         cfg.isocompute.run_dir = str(run_dir)
-    # verl's file logger reads its path from the environment of the TaskRunner (a child of this process).
-    os.environ["VERL_FILE_LOGGER_PATH"] = str(run_dir / VERL_METRICS)
+    # verl's file logger reads its path from the environment of the TaskRunner (a child of this process); a
+    # VERL_FILE_LOGGER_ROOT of the user's (<root>/<project>/<experiment>.jsonl) wins, as in verl.
+    if "VERL_FILE_LOGGER_ROOT" not in os.environ:
+        os.environ["VERL_FILE_LOGGER_PATH"] = str(run_dir / VERL_METRICS)
     return run_dir
 
 
@@ -155,6 +164,54 @@ def check_group_size(cfg: DictConfig) -> None:
             f"algorithm.adv_estimator={DECOUPLED_ESTIMATOR} trains on n_train of the actor_rollout_ref.rollout.n={n} "
             f"rollouts per problem, but isocompute.decoupled.n_train={_show(n_train)}: set it in [1, {n}]"
         )
+
+
+def check_model_setting(cfg: DictConfig) -> None:
+    """``isocompute.model`` builds a built-in model only where ``actor_rollout_ref.model.path`` reads it (our
+    recipes: ``${isocompute.model_path:}``); on a config with a model path of its own it would be ignored."""
+    name = _select(cfg, "isocompute.model")
+    model = _select(cfg, "actor_rollout_ref.model")
+    node = model._get_node("path") if OmegaConf.is_dict(model) else None  # raw: not resolved
+    raw = node._value() if node is not None else None
+    if name and not (isinstance(raw, str) and "isocompute.model_path" in raw):
+        raise RecipeError(
+            f"isocompute.model={name} would be ignored: this config sets actor_rollout_ref.model.path={raw}, and the "
+            "built-in model is used where the path is ${isocompute.model_path:} (our recipes). Pass "
+            "actor_rollout_ref.model.path='${isocompute.model_path:}' to use it, or drop isocompute.model"
+        )
+
+
+def zero_variance_notice(cfg: DictConfig) -> str | None:
+    """One line when ``isocompute.zero_variance.mode=regularizers`` has nothing to act on (no KL loss, no entropy
+    bonus: verl's stock settings and our Hard recipe), else None; an unknown mode is a RecipeError."""
+    mode = _select(cfg, "isocompute.zero_variance.mode", default=OFF)
+    if mode not in ZERO_VARIANCE_MODES:
+        raise RecipeError(f"isocompute.zero_variance.mode={mode!r}: use one of {', '.join(ZERO_VARIANCE_MODES)}")
+    if mode != REGULARIZERS or regularizers_on(cfg):
+        return None
+    return (
+        f"[isocompute] warning: isocompute.zero_variance.mode={REGULARIZERS} masks the KL loss and the entropy bonus, but "
+        "this run has neither (actor_rollout_ref.actor.use_kl_loss=false, entropy_coeff=0): the filter does nothing "
+        "(isocompute/reg_active_frac is 0). Turn one of them on, use mode=groups to drop zero-variance groups from "
+        "every loss term, or drop the zero_variance piece"
+    )
+
+
+def regularizers_on(cfg: DictConfig) -> bool:
+    """Whether the actor loss has a term the ``regularizers`` mode masks: a KL loss or an entropy bonus."""
+    actor = cfg.actor_rollout_ref.actor
+    return bool(actor.get("use_kl_loss", False)) or float(actor.get("entropy_coeff", 0) or 0) != 0
+
+
+def check_before_ray(cfg: DictConfig) -> list[str]:
+    """What our pieces need, on a resolved config (both entry points, before Ray starts): group sizes, the
+    warm-up schedule under our trainer, a known zero-variance mode. Raises :class:`RecipeError`; returns the
+    notices to print (a piece that has no effect)."""
+    check_group_size(cfg)
+    if _select(cfg, "trainer.v1.trainer_mode") == TRAINER:
+        check_warmup_schedule(cfg)
+    notice = zero_variance_notice(cfg)
+    return [notice] if notice else []
 
 
 def check_warmup_schedule(cfg: DictConfig) -> None:
@@ -234,13 +291,13 @@ def prepare(cfg: DictConfig) -> DictConfig:
     """Resolve our ``isocompute`` block into plain verl settings, as verl's entry point would, and check
     them before Ray starts. Raises :class:`RecipeError` (or the model's ModelError)."""
     prepare_platform(cfg)
+    check_model_setting(cfg)
     resolve(cfg)
     prepare_model(cfg)
     prepare_data(cfg)
     prepare_guided_data(cfg)
-    check_group_size(cfg)
-    if cfg.trainer.v1.trainer_mode == TRAINER:
-        check_warmup_schedule(cfg)
+    for notice in check_before_ray(cfg):
+        print(notice, flush=True)
     report_allocation(cfg)
     report_lr(cfg)
     try:

@@ -1,0 +1,433 @@
+"""n and B_problem of each run, for logs that do not carry them (verl's file logger, tensorboard, CSVs).
+
+The fit needs one n and one B_problem per run (arXiv 2603.12151, section 4: C = B_problem * n * steps, and
+one curve per n). Where each comes from, first match wins (:meth:`RunSettings.resolve`):
+
+1. **the log**: our run log's ``n`` / ``b_problem`` columns, a CSV's config columns, or our trainer's
+   ``isocompute/n`` and ``isocompute/b_problem`` in verl's loggers (file, tensorboard, wandb), which it
+   logs every step with the values the run resolved;
+2. **the header**: our run log's header line, a wandb run's config;
+3. **a run table** (``isocompute fit --run-table FILE``): a CSV with columns ``run``, ``n``, ``b_problem`` or
+   a YAML mapping ``run: {n: 16, b_problem: 32}`` (or a list of such rows), for logs from elsewhere. ``run``
+   is the run's name as the fit shows it, its last path component (a tensorboard run: the experiment name)
+   or, after a ``:``, a wandb run's name or a CSV's run column. A row that matches no run is an error (a
+   typo would otherwise fall through to another source), so is a row that contradicts the log;
+4. ``--n`` / ``--b-problem``: one value for every run still without one;
+5. **the run's hydra record** (``.hydra/config.yaml``: ``actor_rollout_ref.rollout.n``,
+   ``data.train_batch_size``): next to the log or in a parent directory; for a tensorboard run in verl's
+   default place ``tensorboard_log/<project>/<experiment>``, the record of the run with that project and
+   experiment name under the directory holding ``tensorboard_log`` (``runs/<experiment>/.hydra``, hydra's
+   ``outputs/<date>/<time>/.hydra``). Hydra records the config unresolved: our recipes write n and B_problem
+   as interpolations (``${isocompute.allocation:n,16}``), which are resolved here as the run resolved them
+   when the recorded allocation is off (the default after the comma; ``${isocompute.on_cpu:A,B}`` by the
+   recorded platform; ``${a.b}`` by the key it names). With the allocation on, the run decided n from its
+   budget at start: only the log (1) or a run table (3) can say;
+6. **the run's name** (``..._n16_bp32``, ``n=16-b_problem=32``).
+
+Pure: no verl, no torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from verl_isocompute.scaling.errors import ScalingError
+
+# Column names other tools use for the same things (verl: rollout.n, data.train_batch_size). A "config." /
+# "config/" prefix is ignored when matching.
+RUN_ALIASES = ("run", "run_id", "run_name", "name", "experiment_name", "trainer.experiment_name")
+N_ALIASES = ("n", "rollout.n", "actor_rollout_ref.rollout.n")
+B_ALIASES = ("b_problem", "train_batch_size", "data.train_batch_size")
+# Where verl's config keeps n and B_problem.
+CONFIG_KEYS = {"n": "actor_rollout_ref.rollout.n", "b_problem": "data.train_batch_size"}
+FLAGS = {"n": "--n", "b_problem": "--b-problem"}
+TENSORBOARD_ROOT = "tensorboard_log"  # verl's tensorboard logger: tensorboard_log/<project>/<experiment>
+HYDRA_RECORD = Path(".hydra") / "config.yaml"
+# Run names such as "easy_n16_bp32" or "n=16-b_problem=32" carry the sweep cell.
+NAME_PATTERNS = {
+    "n": re.compile(r"(?:^|[^a-z0-9])n[_=-]?(\d+)(?![0-9])", re.IGNORECASE),
+    "b_problem": re.compile(r"(?:^|[^a-z0-9])(?:bp|b_problem|bproblem|b)[_=-]?(\d+)(?![0-9])", re.IGNORECASE),
+}
+
+
+def find_column(columns: Iterable[str], aliases: tuple[str, ...]) -> str | None:
+    """The first of ``columns`` named like one of ``aliases`` (case and a ``config.`` prefix aside)."""
+
+    def bare(name: str) -> str:
+        name = str(name).strip()
+        for prefix in ("config.", "config/"):
+            if name.lower().startswith(prefix):
+                name = name[len(prefix):]
+        return name
+
+    by_bare = {}
+    for col in columns:
+        by_bare.setdefault(bare(col), col)
+        by_bare.setdefault(bare(col).lower(), col)
+    for alias in aliases:
+        for key in (alias, alias.lower()):
+            if key in by_bare:
+                return by_bare[key]
+    return None
+
+
+# --- the run table -------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunTable:
+    """``--run-table FILE``: run -> {"n": ..., "b_problem": ...}, with the line each row came from."""
+
+    path: Path
+    rows: dict[str, dict[str, Any]]
+    where: dict[str, str]
+    used: set[str] = field(default_factory=set)
+
+    def lookup(self, name: str) -> tuple[str, dict[str, Any]] | None:
+        """The row for the run named ``name`` (see the module docstring for the names a row may use)."""
+        for key in _names_of(name):
+            if key in self.rows:
+                self.used.add(key)
+                return key, self.rows[key]
+        return None
+
+    def check_all_used(self, runs: list[str]) -> None:
+        unused = [key for key in self.rows if key not in self.used]
+        if unused:
+            shown = ", ".join(runs[:5]) + (f", ... ({len(runs)} runs)" if len(runs) > 5 else "")
+            raise ScalingError(
+                f"{self.where[unused[0]]}: run {unused[0]!r} matches no run given; the runs are named {shown} "
+                "(the full name, its last path component, or the name after ':')"
+            )
+
+
+def _names_of(name: str) -> list[str]:
+    names = [name]
+    if ":" in name:
+        names.append(name.rsplit(":", 1)[1])
+    last = re.split(r"[/\\]", name.split(":", 1)[0].rstrip("/\\"))[-1]
+    return [*names, last]
+
+
+def load_run_table(path: str | os.PathLike) -> RunTable:
+    """Read a run table: CSV (``run,n,b_problem`` columns; verl's key names work too) or YAML."""
+    path = Path(path)
+    if not path.is_file():
+        raise ScalingError(f"--run-table {path}: no such file; give a CSV (run,n,b_problem) or a YAML run: {{n, b_problem}}")
+    if path.suffix.lower() == ".csv":
+        rows = _csv_rows(path)
+    else:
+        rows = _yaml_rows(path)
+    table: dict[str, dict[str, Any]] = {}
+    where: dict[str, str] = {}
+    for line, run, values in rows:
+        at = f"--run-table {path}, {line}"
+        if run in table:
+            raise ScalingError(f"{at}: run {run!r} is listed twice ({where[run]}); list each run once")
+        checked = {}
+        for key, value in values.items():
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                continue
+            number = _positive_int(value)
+            if number is None:
+                raise ScalingError(f"{at}: {key} of {run!r} must be a positive integer, got {value!r}")
+            checked[key] = number
+        if not checked:
+            raise ScalingError(f"{at}: run {run!r} has neither n nor b_problem")
+        table[run], where[run] = checked, at
+    if not table:
+        raise ScalingError(f"--run-table {path} lists no runs")
+    return RunTable(path, table, where)
+
+
+def _csv_rows(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path, dtype=object, keep_default_na=False, na_values=[""], encoding="utf-8-sig")
+    except (OSError, ValueError) as exc:
+        raise ScalingError(f"--run-table {path}: cannot read as CSV ({exc})") from None
+    run_col = find_column(df.columns, RUN_ALIASES)
+    cols = {key: find_column(df.columns, aliases) for key, aliases in (("n", N_ALIASES), ("b_problem", B_ALIASES))}
+    if run_col is None or all(col is None for col in cols.values()):
+        raise ScalingError(f"--run-table {path}: needs a run column and an n and/or b_problem column (header: run,n,b_problem)")
+    return [
+        (f"line {i + 2}", str(row[run_col]).strip(), {key: row[col] for key, col in cols.items() if col is not None})
+        for i, row in df.iterrows()
+    ]
+
+
+def _yaml_rows(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ScalingError(f"--run-table {path}: cannot read as YAML ({str(exc).splitlines()[0]})") from None
+    if isinstance(loaded, dict):
+        items = [(str(run), values) for run, values in loaded.items()]
+    elif isinstance(loaded, list) and all(isinstance(row, dict) and "run" in row for row in loaded):
+        items = [(str(row["run"]), {k: v for k, v in row.items() if k != "run"}) for row in loaded]
+    else:
+        raise ScalingError(f"--run-table {path}: expected a mapping run: {{n: N, b_problem: B}} or a list of {{run, n, b_problem}}")
+    rows = []
+    for run, values in items:
+        if not isinstance(values, dict):
+            raise ScalingError(f"--run-table {path}: the entry of {run!r} must be a mapping {{n: N, b_problem: B}}")
+        unknown = sorted(set(values) - {"n", "b_problem"})
+        if unknown:
+            raise ScalingError(f"--run-table {path}: run {run!r} has unknown key(s) {', '.join(unknown)}; use n and b_problem")
+        rows.append((f"run {run!r}", run, values))
+    return rows
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(str(value).strip()) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if math.isfinite(number) and number >= 1 and number == int(number) else None
+
+
+# --- hydra records -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a hydra record says about one key: ``value`` (an int), or ``why`` it cannot say."""
+
+    path: Path
+    value: int | None = None
+    why: str = ""
+
+
+_CALL = re.compile(r"^\$\{([\w.]+):(.*)\}$", re.DOTALL)
+_REFERENCE = re.compile(r"^\$\{([\w.]+)\}$")
+
+
+def recorded_value(config: dict, dotted: str, depth: int = 0) -> tuple[Any, str]:
+    """``dotted`` in a hydra record, with the interpolations our recipes write resolved as the run resolved
+    them (see the module docstring); (value, "") or (None, why not)."""
+    raw = _select(config, dotted)
+    return _evaluate(config, raw, dotted, depth)
+
+
+def _evaluate(config: dict, raw: Any, dotted: str, depth: int) -> tuple[Any, str]:
+    if depth > 8:
+        return None, f"{dotted} is a chain of interpolations too deep to follow"
+    if not isinstance(raw, str) or "${" not in raw:
+        return raw, ""
+    text = raw.strip()
+    reference = _REFERENCE.match(text)
+    if reference:
+        return recorded_value(config, reference.group(1), depth + 1)
+    call = _CALL.match(text)
+    if not call:
+        return None, f"{dotted} is recorded as {raw!r}"
+    name, args = call.group(1), _split_args(call.group(2))
+    if name == "isocompute.allocation":
+        if _select(config, "isocompute.allocation.enable"):
+            return None, f"{dotted} is recorded as {raw!r}, decided by the allocation at run start"
+        if len(args) < 2:
+            return None, f"{dotted} is recorded as {raw!r} with the allocation off"
+        return _evaluate(config, _literal(args[1]), dotted, depth + 1)
+    if name == "isocompute.on_cpu" and len(args) == 2:
+        on_cpu = _select(config, "isocompute.platform") == "cpu"
+        return _evaluate(config, _literal(args[1] if on_cpu else args[0]), dotted, depth + 1)
+    return None, f"{dotted} is recorded as {raw!r}"
+
+
+def _split_args(text: str) -> list[str]:
+    """Resolver arguments split at the commas outside nested ``${...}``."""
+    args, depth, current = [], 0, ""
+    for char in text:
+        if char == "," and depth == 0:
+            args.append(current.strip())
+            current = ""
+            continue
+        depth += char == "{"
+        depth -= char == "}"
+        current += char
+    return [*args, current.strip()]
+
+
+def _literal(text: str) -> Any:
+    if "${" in text:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        return None if text in ("null", "None") else text
+
+
+def _select(config: Any, dotted: str) -> Any:
+    node = config
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+@functools.lru_cache(maxsize=4096)
+def _load_record(path: str) -> dict | None:
+    import yaml
+
+    try:
+        loaded = yaml.load(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def read_record(path: Path, key: str) -> Recorded:
+    config = _load_record(str(path))
+    if config is None:
+        return Recorded(path, why=f"{path} is not readable YAML")
+    value, why = recorded_value(config, CONFIG_KEYS[key])
+    number = _positive_int(value) if value is not None and not isinstance(value, str) else None
+    if number is None:
+        return Recorded(path, why=f"{path}: {why or f'{CONFIG_KEYS[key]} is {value!r}'}")
+    return Recorded(path, number)
+
+
+# --- one run -------------------------------------------------------------------------------------------
+
+
+class RunSettings:
+    """Settles n and B_problem of every run of one load (caches the hydra records it searched)."""
+
+    def __init__(self, n: int | None = None, b_problem: int | None = None, table: RunTable | None = None) -> None:
+        self.overrides = {"n": n, "b_problem": b_problem}
+        self.table = table
+        self._by_experiment: dict[str, list[tuple[Path, dict]]] = {}
+
+    def resolve(self, name: str, path: Path, root: Path | None, fmt: str, logged: np.ndarray | None,
+                steps: np.ndarray, header: dict[str, Any], key: str, notes) -> tuple[int, str]:
+        """(value, source) of ``key`` for one run; ``logged``: the key's column in the log (NaN: not logged)."""
+        flag, override = FLAGS[key], self.overrides[key]
+        row = self.table.lookup(name) if self.table is not None else None
+        from_table = row[1].get(key) if row else None
+        mask = ~np.isnan(logged) if logged is not None else np.zeros(len(steps), dtype=bool)
+        logged, logged_steps = (logged[mask], steps[mask]) if logged is not None else (np.array([]), steps[:0])
+        if len(logged):
+            if np.any(logged != logged[0]):
+                at = int(np.flatnonzero(logged != logged[0])[0])
+                raise ScalingError(
+                    f"{name}: {key} changes mid-run ({logged[0]:g} at step {logged_steps[0]:g}, "
+                    f"{logged[at]:g} at step {logged_steps[at]:g}); the fit needs one {key} per run: split the log"
+                )
+            value, source = logged[0], "log"
+        elif header.get(key) is not None:
+            value, source = header[key], "header"
+        elif from_table is not None:
+            value, source = from_table, "run table"
+        elif override is not None:
+            value, source = override, flag
+        else:
+            value, source, tried = self._from_record_or_name(name, path, root, fmt, key)
+            if value is None:
+                raise ScalingError(
+                    f"{name}: the log does not say {key}{tried}; pass --run-table FILE (a CSV run,n,b_problem or "
+                    f"a YAML run: {{n, b_problem}}), {flag} (one value for every run), or name the run like '..._n16_bp32'"
+                )
+            notes.add(f"{key} not in the log, taken from the {source}", name)
+        number = _positive_int(value)
+        if number is None:
+            raise ScalingError(f"{name}: {key} must be a positive integer, got {value!r}")
+        if from_table is not None and source != "run table" and from_table != number:
+            raise ScalingError(
+                f"{self.table.where[row[0]]}: {key}={from_table} for {name!r}, but its {source} says {key}={number}; "
+                "fix the run table"
+            )
+        if override is not None and source != flag and float(override) != number:
+            notes.add(f"{flag} {override} ignored: the {source} says {key}={number}", name)
+        return number, source
+
+    def _from_record_or_name(self, name: str, path: Path, root: Path | None, fmt: str, key: str):
+        tried = ""
+        records = self._records_near(path, root, fmt)
+        for record in records:
+            found = read_record(record, key)
+            if found.value is not None:
+                return found.value, ".hydra/config.yaml", ""
+            tried = f" and {found.why}"
+        if not records and fmt == "tensorboard" and _experiment_of(path) is not None:
+            project, experiment = _experiment_of(path)
+            tried = f" and no hydra record of project {project!r}, experiment {experiment!r} was found next to {TENSORBOARD_ROOT}"
+        value = _from_name(name, key)
+        if value is not None:
+            return value, "run name", ""
+        return None, "", tried
+
+    def _records_near(self, path: Path, root: Path | None, fmt: str) -> list[Path]:
+        """The hydra record of this run: next to the log or in a parent (up to ``root``), or for a tensorboard run
+        under ``tensorboard_log/<project>/<experiment>``, the records that name that project and experiment."""
+        folder = path if path.is_dir() else path.parent
+        stop = (root or folder).resolve()
+        for _ in range(4):
+            if (folder / HYDRA_RECORD).is_file():
+                return [folder / HYDRA_RECORD]
+            if folder.resolve() == stop or folder.parent == folder:
+                break
+            folder = folder.parent
+        located = _experiment_of(path) if fmt == "tensorboard" else None
+        if located is None:
+            return []
+        project, experiment = located
+        launch = (path if path.is_dir() else path.parent).resolve().parents[2]
+        matches = [rec for rec, cfg in self._experiments(launch).get(experiment, [])
+                   if _select(cfg, "trainer.project_name") in (None, project)]
+        settings = {tuple(read_record(m, key).value for key in CONFIG_KEYS) for m in matches}
+        return matches[:1] if len(settings) <= 1 else self._ambiguous(path, matches)
+
+    def _experiments(self, launch: Path) -> dict[str, list[tuple[Path, dict]]]:
+        """experiment name -> the hydra records under ``launch`` (up to 3 levels: runs/<exp>, outputs/<date>/<time>)."""
+        cached = self._by_experiment.get(str(launch))
+        if cached is not None:
+            return cached
+        found: dict[str, list[tuple[Path, dict]]] = {}
+        for pattern in ("*/.hydra/config.yaml", "*/*/.hydra/config.yaml", "*/*/*/.hydra/config.yaml"):
+            for record in sorted(launch.glob(pattern)):
+                if TENSORBOARD_ROOT in record.parts[len(launch.parts):]:
+                    continue
+                config = _load_record(str(record))
+                experiment = _select(config, "trainer.experiment_name") if config else None
+                if isinstance(experiment, str):
+                    found.setdefault(experiment, []).append((record, config))
+        self._by_experiment[str(launch)] = found
+        return found
+
+    @staticmethod
+    def _ambiguous(path: Path, records: list[Path]) -> list[Path]:
+        shown = ", ".join(str(r.parent.parent) for r in records[:3])
+        raise ScalingError(
+            f"{path}: several hydra records name its experiment with different settings ({shown}); "
+            "pass --run-table FILE to say which n and b_problem the run used"
+        )
+
+
+def _experiment_of(path: Path) -> tuple[str, str] | None:
+    """(project, experiment) of a tensorboard run in verl's default place, else None."""
+    folder = (path if path.is_dir() else path.parent).resolve()
+    parts = folder.parts
+    if len(parts) >= 3 and parts[-3] == TENSORBOARD_ROOT:
+        return parts[-2], parts[-1]
+    return None
+
+
+def _from_name(name: str, key: str) -> int | None:
+    for part in reversed(re.split(r"[/\\:]", name)):
+        match = NAME_PATTERNS[key].search(part)
+        if match:
+            return int(match.group(1))
+    return None
