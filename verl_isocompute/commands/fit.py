@@ -26,7 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUNS", help="run directories, log files, or directories to search")
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="output directory (created if needed)")
     parser.add_argument("--metric", default=FitOptions.metric,
-                        help="logged metric to maximise (default val/avg@4; val/best@4 or val/worst@4 give their own n*)")
+                        help="logged metric to maximise (default: val/avg@k, with the k the runs validated with: val/avg@4 "
+                             "in our recipes, val/avg@1 with our pieces on verl's ppo_trainer; val/best@4 or val/worst@4 "
+                             "give their own n*)")
     parser.add_argument("--compute", choices=("rollouts", "tokens", "rollouts_with_guidance"), default=FitOptions.compute,
                         help="compute unit C: cumulative rollouts (default), generated tokens, or rollouts_with_guidance "
                              "(plus the rollouts spent before training to make guided data, PrefixRL's count; docs/GUIDED.md)")
