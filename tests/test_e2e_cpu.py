@@ -13,18 +13,26 @@ import json
 import pytest
 import torch
 from omegaconf import OmegaConf
+from doc_snippets import commands, snippet
 from verl_runs import PARITY_REWARD, run_recipe
 
 pytestmark = pytest.mark.e2e
 STEPS = 3
 
 
+def readme_command() -> tuple[str, list[str]]:
+    """The README's "same run without the wrapper" command: the recipe and its overrides (this test runs it)."""
+    (command,) = commands(snippet("readme-cpu-demo").text)
+    assert command.argv[:4] == ["python", "-m", "verl_isocompute.main", "--config-name"]
+    return command.argv[4], command.argv[5:]
+
+
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory, isocompute_cache, tiny_model_path):
+    recipe, given = readme_command()
+    assert f"trainer.total_training_steps={STEPS}" in given and "isocompute.model=tiny" in given
     run = run_recipe(
-        "cpu_demo", tmp_path_factory.mktemp("e2e") / "run",
-        "isocompute.model=tiny", PARITY_REWARD,
-        "actor_rollout_ref.rollout.n=4", f"trainer.total_training_steps={STEPS}", f"trainer.test_freq={STEPS}",
+        recipe, tmp_path_factory.mktemp("e2e") / "run", *given, PARITY_REWARD, f"trainer.test_freq={STEPS}",
         # fp32 everywhere (weights, the update's compute, the rollout), so the rollout/trainer gap measures
         # the implementation, not rounding
         "isocompute.cpu.dtype=float32",
