@@ -59,14 +59,8 @@ import pandas as pd
 from verl_isocompute.runlog import RUN_LOG, WITH_GUIDANCE, RunLogError, read_jsonl
 from verl_isocompute.scaling import sources
 from verl_isocompute.scaling.errors import ScalingError
-from verl_isocompute.scaling.run_settings import (
-    B_ALIASES,
-    N_ALIASES,
-    RUN_ALIASES,
-    RunSettings,
-    find_column,
-    load_run_table,
-)
+from verl_isocompute.scaling.run_settings import RunSettings
+from verl_isocompute.scaling.run_table import B_ALIASES, N_ALIASES, RUN_ALIASES, find_column, load_run_table
 
 KEY_COLUMNS = ("run", "step", "n", "b_problem", "rollouts", "tokens", WITH_GUIDANCE["rollouts"])
 RESPONSE_LENGTH = "response_length/mean"

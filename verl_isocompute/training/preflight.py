@@ -38,7 +38,11 @@ class Preflight(Callback):
 
         overrides = list(OmegaConf.select(config, "hydra.overrides.task", default=[]) or [])
         if any(o.lstrip("+") == OVERLAY for o in overrides):
-            print(overlay_line(config, overrides), flush=True)
+            try:
+                line = overlay_line(config, overrides)
+            except Exception as exc:  # e.g. an override that needs the overlay: the checks below must still run
+                line = f"[isocompute] +platform=cpu: could not list the settings it changed ({str(exc).splitlines()[0]})"
+            print(line, flush=True)
         if not resolvers.ENTRY_SETS_PLATFORM:  # our entry point checks in prepare(), with the same functions
             check_stock_run(config)
 
