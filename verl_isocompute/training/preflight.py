@@ -21,6 +21,7 @@ Hydra turns an exception in a callback into a warning and carries on, so an erro
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
@@ -80,7 +81,16 @@ def overlay_line(config: DictConfig, overrides: list[str]) -> str:
     from hydra.core.hydra_config import HydraConfig
 
     without = [o for o in overrides if o.lstrip("+") != OVERLAY]
-    before = compose(config_name=HydraConfig.get().job.config_name, overrides=without)
+    for _ in range(len(without) + 1):
+        try:
+            before = compose(config_name=HydraConfig.get().job.config_name, overrides=without)
+            break
+        except Exception as exc:  # an override of a key only the overlay brings (isocompute.cpu.dtype=...): drop it
+            key = re.search(r"override '([^']+)'", str(exc))
+            dropped = [o for o in without if key and o.lstrip("+~").split("=", 1)[0] == key.group(1)]
+            if not dropped:
+                raise
+            without = [o for o in without if o not in dropped]
     after = _job_config(config)
     raw_before, raw_after = OmegaConf.to_container(before), OmegaConf.to_container(after)
     changes = []
