@@ -96,9 +96,15 @@ def test_tensorboard_run_finds_its_config_by_experiment_name(tmp_path, recipe_co
     # hydra's own output dir for a third run (outputs/<date>/<time>/.hydra), another project with the same name
     _record(launch / "outputs" / "2026-01-01" / "00-00-00", recipe_config, trainer__experiment_name="pilot_small",
             actor_rollout_ref__rollout__n=64, trainer__project_name="other")
+    # a recipe's own names on the CPU are interpolations too (${isocompute.on_cpu:gsm8k,cpu}): experiment "cpu"
+    from verl_isocompute.training.config import compose_recipe
+
+    _record(launch / "runs" / "cpu", compose_recipe("isocompute_hard", ["+platform=cpu"]))
+    _tensorboard(launch / "tensorboard_log" / "isocompute" / "cpu", [{METRIC: 0.3 + s / 100} for s in range(4)])
     logs = load_runs([launch / "tensorboard_log"])
     assert _meta(logs, "pilot_small")[["n", "b_problem"]].tolist() == [4, 8]
     assert _meta(logs, "pilot_large")[["n", "b_problem", "n_source"]].tolist() == [16, 8, ".hydra/config.yaml"]
+    assert _meta(logs, "isocompute/cpu")[["n", "b_problem"]].tolist() == [4, 8]
 
 
 def test_tensorboard_run_without_a_record_names_what_was_looked_for(tmp_path):

@@ -238,7 +238,7 @@ class RunSettings:
         project, experiment = located
         launch = (path if path.is_dir() else path.parent).resolve().parents[2]
         matches = [rec for rec, cfg in self._experiments(launch).get(experiment, [])
-                   if _select(cfg, "trainer.project_name") in (None, project)]
+                   if recorded_value(cfg, "trainer.project_name")[0] in (None, project)]
         settings = {tuple(read_record(m, key).value for key in CONFIG_KEYS) for m in matches}
         return matches[:1] if len(settings) <= 1 else self._ambiguous(path, matches)
 
@@ -253,7 +253,7 @@ class RunSettings:
                 if TENSORBOARD_ROOT in record.parts[len(launch.parts):]:
                     continue
                 config = _load_record(str(record))
-                experiment = _select(config, "trainer.experiment_name") if config else None
+                experiment = recorded_value(config, "trainer.experiment_name")[0] if config else None  # may be ours: ${...}
                 if isinstance(experiment, str):
                     found.setdefault(experiment, []).append((record, config))
         self._by_experiment[str(launch)] = found
