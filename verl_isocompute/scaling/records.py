@@ -10,9 +10,8 @@ Three formats are read:
 * verl's file logger (``trainer.logger=['file']``, ``verl/utils/tracking.py::FileLogger``): one line
   ``{"step": N, "data": {metric: value, ...}}`` per ``logger.log`` call, written to
   ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl`` (or ``$VERL_FILE_LOGGER_PATH``). Step 0 is the
-  validation before training. It logs neither n nor B_problem: they come from ``--n/--b-problem``, from a
-  hydra ``.hydra/config.yaml`` next to the log (``actor_rollout_ref.rollout.n``, ``data.train_batch_size``)
-  or from the run's name (``..._n16_bp32``), in that order.
+  validation before training. verl logs neither n nor B_problem (our trainer adds ``isocompute/n`` and
+  ``isocompute/b_problem``); where else they come from: :mod:`verl_isocompute.scaling.run_settings`.
 * a CSV exported from a wandb or tensorboard project: one row per logged step, a step column (``step``,
   ``_step``, ``global_step``, ...), metric columns, config columns for n and B_problem and, for a project
   export, a run column (``run``, ``name``, ...). Empty cells mean "not logged at this step".
