@@ -4,8 +4,9 @@ RUNS are run directories (holding isocompute.jsonl), log files (isocompute.jsonl
 .jsonl, a wandb/tensorboard .csv export), tensorboard event-file directories, wandb run directories, or
 directories searched recursively. n and B_problem of a run come from its log, a --run-table, --n /
 --b-problem, the run's hydra record (.hydra/config.yaml; for tensorboard_log/<project>/<experiment>, the
-record of that experiment next to tensorboard_log) or its name (..._n16_bp32), in that order. Writes curve.json, frontier.csv, records.csv, fits.csv, report.md,
-frontier.png, n_star.png and compare.json/.csv/.png (what each fixed n costs) into --out, atomically.
+record of that experiment next to tensorboard_log) or its name (..._n16_bp32), in that order.
+Writes curve.json, frontier.csv, records.csv, fits.csv, report.md, frontier.png, n_star.png and
+compare.json/.csv/.png (what each fixed n costs) into --out, atomically.
 
 Exit status: 0 fitted; 1 no curve (n*(C) could not be determined or a fit did not converge: the
 message says which; with one value of n the frontier is still written and an older curve.json in --out
