@@ -534,14 +534,18 @@ def test_the_01_import_path_still_has_the_hook_and_the_rule():
 
 
 def test_the_documented_entry_point_runs(tmp_path):
-    """docs/ALLOCATION.md's example, run with hydra as written; verl's run_ppo is the one name replaced (a
-    real training run of the hook, through `isocompute demo`, is in tests/test_sweep_e2e.py)."""
+    """docs/ALLOCATION.md's example, run with hydra as written; verl's run_ppo is the one name replaced, by a
+    function that takes exactly verl's arguments (the example once called it without task_runner_class). The
+    example itself trains for real in tests/test_user_config_e2e.py."""
     docs = (Path(__file__).parent.parent / "docs" / "ALLOCATION.md").read_text()
     example = re.search(r"## From another verl project.*?```python\n(.*?)```", docs, re.S).group(1)
-    assert "from verl.trainer.main_ppo import run_ppo\n" in example
+    imported = "from verl.trainer.main_ppo import TaskRunnerV1, run_ppo\n"
+    assert imported in example
     script = example.replace(
-        "from verl.trainer.main_ppo import run_ppo\n",
-        "def run_ppo(cfg):\n    print('run_ppo n =', cfg.actor_rollout_ref.rollout.n, 'lr =', cfg.actor_rollout_ref.actor.optim.lr)\n",
+        imported,
+        "import inspect\nfrom verl.trainer import main_ppo\nTaskRunnerV1 = main_ppo.TaskRunnerV1\n"
+        "def run_ppo(*args, **kwargs):\n    inspect.signature(main_ppo.run_ppo).bind(*args, **kwargs)\n"
+        "    cfg = args[0]\n    print('run_ppo n =', cfg.actor_rollout_ref.rollout.n, 'lr =', cfg.actor_rollout_ref.actor.optim.lr)\n",
     )
     (tmp_path / "train.py").write_text(script)
     (tmp_path / "config").mkdir()

@@ -127,7 +127,7 @@ FIT_ROWS = [
     Row("csv: text in rollouts", _csv(_csv_with(4, "lots")), message="line 3: rollouts is 'lots', not a number"),
     Row("csv: text in the metric", _csv(_csv_with(5, "n/a")), message="line 3: val/avg@4 is 'n/a', not a number"),
     Row("csv: the metric is all text", _csv(TEXT_METRIC_CSV),
-        message="val/avg@4 is 'n/a', not a number: val/avg@4 holds no number in that file"),
+        message="val/avg@4 is 'n/a', not a number: val/avg@4 holds no number in that run"),
     # rewards outside the metric's range [0, 1]: refused, naming the file and the step
     Row("reward above 1", _set("val/avg@4", "7.0"), message="step 4: val/avg@4 = 7 is outside [0, 1]"),
     Row("reward below 0", _set("val/avg@4", "-0.25"), message="step 4: val/avg@4 = -0.25 is outside [0, 1]"),

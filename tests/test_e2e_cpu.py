@@ -15,6 +15,7 @@ import json
 import pytest
 import torch
 from omegaconf import OmegaConf
+from doc_snippets import commands, snippet
 from verl_runs import FIXTURES, PARITY_REWARD, fixture_env, run_recipe
 
 pytestmark = pytest.mark.e2e
@@ -22,12 +23,20 @@ STEPS = 3
 B_PROBLEM, N = 8, 4
 
 
+def readme_command() -> tuple[str, list[str]]:
+    """The README's "same run without the wrapper" command: the recipe and its overrides (this test runs it)."""
+    (command,) = commands(snippet("readme-cpu-demo").text)
+    assert command.argv[:4] == ["python", "-m", "verl_isocompute.main", "--config-name"]
+    return command.argv[4], command.argv[5:]
+
+
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory, isocompute_cache, tiny_model_path):
+    recipe, given = readme_command()
+    assert {f"trainer.total_training_steps={STEPS}", "isocompute.model=tiny", f"actor_rollout_ref.rollout.n={N}"} <= set(given)
     run = run_recipe(
-        "cpu_demo", tmp_path_factory.mktemp("e2e") / "run",
-        "isocompute.model=tiny", f"reward.custom_reward_function.path={FIXTURES / 'half_constant_reward.py'}",
-        f"actor_rollout_ref.rollout.n={N}", f"trainer.total_training_steps={STEPS}", f"trainer.test_freq={STEPS}",
+        recipe, tmp_path_factory.mktemp("e2e") / "run", *given, f"trainer.test_freq={STEPS}",
+        f"reward.custom_reward_function.path={FIXTURES / 'half_constant_reward.py'}",
         # the demo's reuse of the rollout's log-probs in groups mode: the even-index problems' groups never vary
         # and leave the loss, and one sequence per micro-batch makes each of their rows a micro-batch with no token
         "isocompute.zero_variance.mode=groups", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",

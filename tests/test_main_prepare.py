@@ -175,3 +175,29 @@ def test_a_resolver_error_is_one_line_naming_the_key():
     cfg = compose_recipe("isocompute_hard")  # no model path, no data files
     with pytest.raises(RecipeError, match=r"^actor_rollout_ref.model.path is not set: pass actor_rollout_ref.model.path=PATH"):
         prepare(cfg)
+
+
+def test_verl_file_logger_root_of_the_user_wins(tmp_path, monkeypatch):
+    """VERL_FILE_LOGGER_ROOT (verl: <root>/<project>/<experiment>.jsonl) is not overridden by the run dir's path."""
+    from omegaconf import OmegaConf
+
+    from verl_isocompute.training.config import prepare_run_dir
+
+    cfg = OmegaConf.create({"isocompute": {"run_dir": str(tmp_path / "run")}})
+    monkeypatch.delenv("VERL_FILE_LOGGER_PATH", raising=False)
+    monkeypatch.setenv("VERL_FILE_LOGGER_ROOT", str(tmp_path / "logs"))
+    prepare_run_dir(cfg)
+    assert "VERL_FILE_LOGGER_PATH" not in os.environ
+    monkeypatch.delenv("VERL_FILE_LOGGER_ROOT")
+    prepare_run_dir(cfg)
+    assert os.environ["VERL_FILE_LOGGER_PATH"] == str(tmp_path / "run" / "verl_metrics.jsonl")
+
+
+def test_zero_variance_regularizers_with_nothing_to_mask_warns(capsys):
+    """The Hard recipe has neither KL loss nor entropy: `regularizers` mode would do nothing, and says so."""
+    from verl_isocompute.training.config import zero_variance_notice
+
+    hard = compose_recipe("isocompute_hard", ["isocompute.zero_variance.mode=regularizers"])
+    assert "the filter does nothing" in zero_variance_notice(hard)
+    easy = compose_recipe("isocompute_easy", ["isocompute.zero_variance.mode=regularizers"])
+    assert zero_variance_notice(easy) is None

@@ -258,7 +258,7 @@ def test_fit_without_an_n_star_curve_still_writes_the_comparison(tmp_path):
 def test_the_documented_example_output(tmp_path, capsys):
     """docs/ALLOCATION.md's `--compare` example, on the synthetic sweep of docs/SCALING.md's quick start."""
     docs = (Path(__file__).parent.parent / "docs" / "ALLOCATION.md").read_text()
-    block = re.search(r"```\n\$ (isocompute allocate [^\n]*--compare[^\n]*)\n(.*?)```", docs, re.DOTALL)
+    block = re.search(r"```(?:console)?\n\$ (isocompute allocate [^\n]*--compare[^\n]*)\n(.*?)```", docs, re.DOTALL)
     command, shown = block.group(1), block.group(2)
     write_run_logs(
         synthetic_sweep(curves_for(load_curve("paper:qwen2.5-7b-easy")), noise=0.01), tmp_path / "runs" / "synthetic"

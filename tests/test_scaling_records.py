@@ -143,7 +143,7 @@ def test_verl_file_logger_settings_from_hydra_config_and_from_name():
 def test_verl_file_logger_overrides_and_missing_settings(tmp_path):
     log = tmp_path / "experiment.jsonl"
     shutil.copy(FIXTURES / "verl" / "sweep_a" / "isocompute" / "sweep_a.jsonl", log)
-    with pytest.raises(ScalingError, match=r"does not say n; pass --n"):
+    with pytest.raises(ScalingError, match=r"does not say n; pass --run-table FILE .*--n"):
         load_runs([log])
     logs = load_runs([log], n=16, b_problem=64)
     _, meta = _run(logs, "experiment")

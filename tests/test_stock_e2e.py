@@ -1,9 +1,11 @@
 """End to end through verl's own entry point: ``VERL_PLATFORM=cpu python -m verl.trainer.main_ppo``, tiny model.
 
-One run of a recipe (``cpu_demo``) and one of verl's stock ``ppo_trainer`` with three of our pieces, one after
-the other; each must write our run log into the run dir, with the lr of the sqrt rule and verl's metrics
-next to it. (Not at the same time: each run's workers pick a free port for torch.distributed's store, and
-two runs starting together can pick the same one: EADDRINUSE.)
+The two commands of docs/STOCK_VERL.md, read from the doc (tests/doc_snippets.py) with a short run's settings
+added: a recipe (``cpu_demo``), with ``VERL_FILE_LOGGER_ROOT`` set, and verl's stock ``ppo_trainer`` with our
+pieces (the doc's three and the zero-variance filter, which has nothing to mask there) and ``+platform=cpu``,
+one after the other; each must write our run log into the run dir, with the lr of the sqrt rule and verl's
+metrics where the doc says. (Not at the same time: each run's workers pick a free port for torch.distributed's
+store, and two runs starting together can pick the same one: EADDRINUSE.)
 """
 
 from __future__ import annotations
@@ -15,22 +17,32 @@ import subprocess
 import sys
 
 import pytest
+from doc_snippets import commands, placeholders, snippet
 from verl_runs import PARITY_REWARD
 
 pytestmark = pytest.mark.e2e
 SHORT = ["trainer.total_training_steps=1", "trainer.val_before_train=false", "trainer.test_freq=-1"]
 
 
+def doc_command(name: str, values: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The environment and main_ppo arguments of the STOCK_VERL.md snippet ``name``, placeholders filled in."""
+    (command,) = commands(snippet(name).text)
+    assert command.argv[:3] == ["python", "-m", "verl.trainer.main_ppo"] and command.env.get("VERL_PLATFORM") == "cpu"
+    return command.env, placeholders(command.argv[3:], values)
+
+
 class MainPpo:
     """``python -m verl.trainer.main_ppo`` started now; :meth:`result` waits for it and reads its run log."""
 
-    def __init__(self, run_dir, *args: str) -> None:
+    def __init__(self, run_dir, *args: str, env: dict | None = None, metrics=None) -> None:
         self.run_dir = run_dir
+        self.metrics = metrics or run_dir / "verl_metrics.jsonl"  # where verl's file logger should write
         self.cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *args, PARITY_REWARD, *SHORT, f"isocompute.run_dir={run_dir}"]
         self.out = open(run_dir.parent / "main_ppo.log", "w+")
         # a user's shell: no file-logger path left in this process's environment by an in-process prepare()
-        env = {k: v for k, v in os.environ.items() if k != "VERL_FILE_LOGGER_PATH"}
-        self.proc = subprocess.Popen(self.cmd, stdout=self.out, stderr=subprocess.STDOUT, env={**env, "VERL_PLATFORM": "cpu"})
+        base = {k: v for k, v in os.environ.items() if k != "VERL_FILE_LOGGER_PATH"}
+        self.proc = subprocess.Popen(self.cmd, stdout=self.out, stderr=subprocess.STDOUT, env={**base, **(env or {})},
+                                     cwd=run_dir.parent)
 
     def result(self) -> tuple[dict, list[dict]]:
         try:
@@ -39,9 +51,11 @@ class MainPpo:
             if self.proc.poll() is None:
                 self.proc.kill()
         self.out.seek(0)
-        assert rc == 0, f"{' '.join(self.cmd)}\n{self.out.read()[-6000:]}"
+        self.output = self.out.read()
+        assert rc == 0, f"{' '.join(self.cmd)}\n{self.output[-6000:]}"
         lines = [json.loads(line) for line in (self.run_dir / "isocompute.jsonl").read_text().splitlines()]
-        assert (self.run_dir / "verl_metrics.jsonl").is_file()  # verl's file logger pointed at the run dir by our trainer
+        assert self.metrics.is_file()  # verl's file logger: in the run dir (our trainer), or under VERL_FILE_LOGGER_ROOT
+        assert (self.run_dir / ".hydra" / "config.yaml").is_file()  # hydra's record in the run dir, as documented
         return lines[0]["header"], lines[1:]
 
 
@@ -51,18 +65,19 @@ def runs(tmp_path_factory, isocompute_cache, tiny_model_path) -> dict[str, MainP
     from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
 
     train, val = write_arithmetic_dataset(isocompute_cache / "stock-data", ArithmeticSpec(train_size=64, val_size=8))
-    started = {"recipe": MainPpo(tmp_path_factory.mktemp("recipe") / "run", "--config-name", "cpu_demo", "isocompute.model=tiny")}
+    values = {"M": str(tiny_model_path), "T": str(train), "V": str(val)}
+    env, args = doc_command("stock-cpu-demo", values)
+    root = tmp_path_factory.mktemp("recipe")
+    started = {"recipe": MainPpo(root / "run", *args, env={**env, "VERL_FILE_LOGGER_ROOT": str(root / "logs")},
+                                 metrics=root / "logs" / "isocompute" / "cpu_demo.jsonl")}  # <root>/<project>/<experiment>
     try:
         started["recipe"].proc.wait(timeout=900)
     except subprocess.TimeoutExpired:
         pass  # result() reports it
-    started.update({
-        "pieces": MainPpo(
-            tmp_path_factory.mktemp("pieces") / "run", "+platform=cpu", "+isocompute=[estimator,lr_rule,run_log]",
-            f"actor_rollout_ref.model.path={tiny_model_path}", f"data.train_files={train}", f"data.val_files={val}",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=8", "isocompute.lr.base_lr=1e-4",
-        ),
-    })
+    env, args = doc_command("stock-pieces", values)
+    assert "+isocompute=[estimator,lr_rule,run_log]" in args
+    args = [a.replace("run_log]", "run_log,zero_variance]") for a in args]  # regularizers mode, nothing to mask
+    started.update({"pieces": MainPpo(tmp_path_factory.mktemp("pieces") / "run", *args, "isocompute.lr.base_lr=1e-4", env=env)})
     yield started
     for run in started.values():
         if run.proc.poll() is None:
@@ -82,3 +97,24 @@ def test_pieces_on_verls_ppo_trainer_write_our_run_log(runs):
     assert header["adv_estimator"] == "isocompute_grpo" and header["lr_from_rule"] is True
     assert header["lr"] == pytest.approx(1e-4 * math.sqrt(8 * 4 / 1024))
     assert rows[0]["lr"] == pytest.approx(header["lr"] / 10)  # update 1 of a 10-step warm-up
+
+
+def test_the_overlay_and_the_pieces_say_what_they_do_once(runs):
+    """+platform=cpu lists what it changed; the zero-variance filter with nothing to mask warns; each once."""
+    run = runs["pieces"]
+    header, rows = run.result()
+    changed = [line for line in run.output.splitlines() if line.startswith("[isocompute] +platform=cpu changed")]
+    assert len(changed) == 1 and "actor_rollout_ref.rollout.name: ??? -> hf" in changed[0]
+    assert "rollout.n:" not in changed[0] and "data.train_batch_size:" not in changed[0]  # the user's sizes stay
+    assert run.output.count("zero_variance.mode=regularizers masks the KL loss") == 1
+    assert header["zero_variance_mode"] == "regularizers" and rows[0]["isocompute/reg_active_frac"] == 0.0
+
+
+def test_verls_own_logs_are_enough_for_fit(runs):
+    """verl's file logger alone (no run log, no config next to it) gives the fit each run's n and B_problem."""
+    from verl_isocompute.scaling import load_runs
+
+    for name, (n, b_problem) in {"recipe": (4, 8), "pieces": (4, 8)}.items():
+        runs[name].result()
+        (meta,) = load_runs([runs[name].metrics]).runs.to_dict("records")
+        assert (meta["n"], meta["b_problem"], meta["n_source"]) == (n, b_problem, "log"), name

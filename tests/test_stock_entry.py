@@ -122,3 +122,15 @@ def test_cpu_platform_without_verl_platform_stops_with_one_line(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("isocompute: error: isocompute.platform=cpu needs VERL_PLATFORM=cpu") and "VERL_PLATFORM=cpu python -m" in last
     assert "Traceback" not in proc.stderr
+
+
+def test_our_entry_prints_the_resolved_config(tmp_path):
+    """`python -m verl_isocompute.main ... --cfg job --resolve` prints the config a run would use: on the CPU
+    platform it sets VERL_PLATFORM as it does for a run (it used to exit 1 asking for our own entry point)."""
+    proc = subprocess.run([sys.executable, "-m", "verl_isocompute.main", "--config-name", "cpu_demo", "isocompute.model=tiny",
+                           f"isocompute.run_dir={tmp_path}", "--cfg", "job", "--resolve"], check=False, capture_output=True,
+                          text=True, timeout=300, env={k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cfg = yaml.safe_load(proc.stdout)
+    assert cfg["trainer"]["device"] == "cpu" and cfg["actor_rollout_ref"]["rollout"]["name"] == "hf"
+    assert cfg["actor_rollout_ref"]["actor"]["optim"]["lr"] == pytest.approx(1e-5 * math.sqrt(8 * 4 / 1024))

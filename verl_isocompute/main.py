@@ -23,6 +23,7 @@ import hydra
 from omegaconf import DictConfig
 
 from verl_isocompute.training.config import RecipeError, prepare
+from verl_isocompute.training import resolvers
 from verl_isocompute.training.resolvers import LAUNCH_DIR_ENV
 
 
@@ -67,4 +68,5 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     # relative paths (isocompute.run_dir) are this directory, also in verl's Ray processes (they inherit it)
     os.environ[LAUNCH_DIR_ENV] = os.getcwd()
+    resolvers.ENTRY_SETS_PLATFORM = True  # `--cfg job --resolve` resolves trainer.device as a run would
     main()

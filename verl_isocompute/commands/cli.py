@@ -109,7 +109,8 @@ def closed_pipe_safe() -> Iterator[None]:
         sys.stdout = real
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """``argv`` parsed as ``isocompute`` parses it (a bad argument: argparse's exit 2), without running anything."""
     parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
     # A subcommand whose module names a positional list in TRAILING also takes the positional words that come
@@ -120,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if trailing:
         getattr(args, trailing).extend(extra)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     with closed_pipe_safe():
         return int(args._module.run(args) or 0)
 

@@ -2,8 +2,11 @@
 
 RUNS are run directories (holding isocompute.jsonl), log files (isocompute.jsonl, verl file-logger
 .jsonl, a wandb/tensorboard .csv export), tensorboard event-file directories, wandb run directories, or
-directories searched recursively. Writes curve.json, frontier.csv, records.csv, fits.csv, report.md,
-frontier.png, n_star.png and compare.json/.csv/.png (what each fixed n costs) into --out, atomically.
+directories searched recursively. n and B_problem of a run come from its log, a --run-table, --n /
+--b-problem, the run's hydra record (.hydra/config.yaml; for tensorboard_log/<project>/<experiment>, the
+record of that experiment next to tensorboard_log) or its name (..._n16_bp32), in that order.
+Writes curve.json, frontier.csv, records.csv, fits.csv, report.md, frontier.png, n_star.png and
+compare.json/.csv/.png (what each fixed n costs) into --out, atomically.
 
 Exit status: 0 fitted; 1 no curve (n*(C) could not be determined or a fit did not converge: the
 message says which; with one value of n the frontier is still written and an older curve.json in --out
@@ -25,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUNS", help="run directories, log files, or directories to search")
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="output directory (created if needed)")
     parser.add_argument("--metric", default=FitOptions.metric,
-                        help="logged metric to maximise (default val/avg@4; val/best@4 or val/worst@4 give their own n*)")
+                        help="logged metric to maximise (default: val/avg@k, with the k the runs validated with: val/avg@4 "
+                             "in our recipes, val/avg@1 with our pieces on verl's ppo_trainer; val/best@4 or val/worst@4 "
+                             "give their own n*)")
     parser.add_argument("--compute", choices=COMPUTE_UNITS, default=FitOptions.compute,
                         help="compute unit C: cumulative rollouts (default), generated tokens, rollouts_with_guidance "
                              "(plus the rollouts spent before training to find the guidance, PrefixRL's count) or "
@@ -47,9 +52,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", type=int, default=FitOptions.bootstrap,
                         help="bootstrap resamples over runs for confidence intervals (default 200; 0 = none)")
     parser.add_argument("--seed", type=int, default=FitOptions.seed, help="bootstrap seed (default 0)")
-    parser.add_argument("--n", type=int, default=None, help="n for logs that do not record it (verl file logs, CSVs)")
+    parser.add_argument("--run-table", default=None, metavar="FILE",
+                        help="n and B_problem per run, for logs that do not record them: a CSV with columns run,n,b_problem "
+                             "or a YAML run: {n: N, b_problem: B}; run = the run's name as fit shows it or its last "
+                             "path component (a tensorboard run: its experiment name)")
+    parser.add_argument("--n", type=int, default=None,
+                        help="n for every run whose log, run table and hydra record do not say it (verl file logs, "
+                             "tensorboard, CSVs)")
     parser.add_argument("--b-problem", type=int, default=None,
-                        help="B_problem (data.train_batch_size) for logs that do not record it")
+                        help="B_problem (data.train_batch_size) for every run whose log, run table and hydra record do not say it")
     parser.add_argument("--derive-compute", action="store_true",
                         help="ignore logged compute counters; use C = step x n x b_problem")
     parser.add_argument("--compare", default=None, metavar="CURVE",
@@ -60,7 +71,7 @@ def options_from_args(args: argparse.Namespace) -> FitOptions:
     return FitOptions(
         metric=args.metric, compute=args.compute, bucket=args.bucket, group_by=args.group_by, fit_on=args.fit_on,
         shared_r0=not args.per_group_r0, ema=args.ema, window=args.window, k_max=args.k_max,
-        bootstrap=args.bootstrap, seed=args.seed, n=args.n, b_problem=args.b_problem,
+        bootstrap=args.bootstrap, seed=args.seed, n=args.n, b_problem=args.b_problem, run_table=args.run_table,
         derive_compute=args.derive_compute,
     )
 

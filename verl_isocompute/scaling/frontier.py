@@ -88,8 +88,8 @@ def validation_points(
     if compute not in COMPUTE_UNITS:
         raise ScalingError(f"compute must be one of {', '.join(COMPUTE_UNITS)}, got {compute!r}")
     steps = logs.steps
-    if metric in logs.text_cells and (metric not in steps or not steps[metric].notna().any()):
-        raise ScalingError(f"{logs.text_cells[metric]}, not a number: {metric} holds no number in that file; fix the log")
+    if metric in logs.text_cells:  # a run would be left out for want of a number: refused, not a note
+        raise ScalingError(f"{logs.text_cells[metric]}, not a number: {metric} holds no number in that run; fix the log")
     dropped_nonfinite = int(logs.nonfinite.get(metric, 0))
     if metric not in steps or not steps[metric].notna().any():
         if dropped_nonfinite:
@@ -276,7 +276,12 @@ def _check_increasing(steps: pd.DataFrame, compute: str, runs: pd.DataFrame) -> 
 
 
 def _list_metrics(metrics: list[str], limit: int = 40) -> str:
-    # Validation metrics first: they are what a user means to fit.
-    ordered = [m for m in metrics if "val" in m.lower()] + [m for m in metrics if "val" not in m.lower()]
-    shown = ", ".join(ordered[:limit])
-    return shown + (f", ... ({len(ordered)} in all)" if len(ordered) > limit else "") if ordered else "(none)"
+    """Every validation metric (``val/...``, verl's ``val-core/...``, ``val-aux/...``: what a user means to fit),
+    then as many others as fit in ``limit``, and how many were left out."""
+    if not metrics:
+        return "(none)"
+    validation = [m for m in metrics if m.split("/", 1)[0].lower().startswith("val")]
+    others = [m for m in metrics if m not in set(validation)]
+    shown = validation + others[: max(0, limit - len(validation))]
+    left = len(metrics) - len(shown)
+    return ", ".join(shown) + (f", ... and {left} training metrics ({len(metrics)} in all)" if left else "")

@@ -20,7 +20,7 @@ from verl_isocompute.scaling.curve import Curve
 class FitOptions:
     """Settings of a fit (arXiv 2603.12151, section 4); see ``isocompute fit --help`` for each."""
 
-    metric: str = "val/avg@4"
+    metric: str | None = None  # None: the val/avg@k the logs have (val/avg@4 with our recipes; see logged_avg_at_k)
     compute: str = "rollouts"
     bucket: float = 0.01
     group_by: str = "n"
@@ -33,6 +33,7 @@ class FitOptions:
     seed: int = 0
     n: int | None = None
     b_problem: int | None = None
+    run_table: str | None = None
     derive_compute: bool = False
 
     @classmethod
@@ -79,7 +80,7 @@ class FitOptions:
                 return None
             return value
 
-        if not isinstance(self.metric, str) or not self.metric:
+        if self.metric is not None and (not isinstance(self.metric, str) or not self.metric):
             refuse("metric", "a logged metric name such as val/avg@4")
         if self.compute not in COMPUTE_UNITS:
             refuse("compute", " or ".join(COMPUTE_UNITS))
@@ -109,10 +110,32 @@ class FitOptions:
             value = integer(name)
             if getattr(self, name) is not None and (value is None or value < 1):
                 refuse(name, "an integer >= 1")
+        if self.run_table is not None and (not isinstance(self.run_table, (str, os.PathLike)) or not str(self.run_table)):
+            refuse("run_table", "a CSV or YAML file of run -> n, b_problem")
         for name in ("shared_r0", "derive_compute"):
             if not isinstance(getattr(self, name), bool):
                 refuse(name, "true or false")
         return self
+
+
+def logged_avg_at_k(logs) -> tuple[str, str | None]:
+    """The metric a fit without ``--metric`` maximises: ``val/avg@k`` with the k the runs validated with.
+
+    Our recipes validate with k = 4 (``val_kwargs.n``); verl's own ``ppo_trainer`` samples once
+    (``val_kwargs.n=1``), so a run with our pieces on a stock config logs ``val/avg@1``. One k in the logs: that
+    one (with a note when it is not 4); several: ``val/avg@4`` if logged, else an error naming them; none:
+    ``val/avg@4``, which then stops the fit with the list of logged metrics.
+    """
+    import re
+
+    from verl_isocompute.scaling.errors import ScalingError
+
+    found = sorted((m for m in logs.metrics if re.fullmatch(r"val/avg@\d+", m)), key=lambda m: int(m.split("@")[1]))
+    if "val/avg@4" in found or not found:
+        return "val/avg@4", None
+    if len(found) == 1:
+        return found[0], f"fitting {found[0]}, the val/avg@k these runs logged (validation with val_kwargs.n={found[0].split('@')[1]}); --metric chooses another"
+    raise ScalingError(f"the runs log {', '.join(found)} (validation with different val_kwargs.n): pass --metric to choose one")
 
 
 @dataclass
@@ -154,8 +177,12 @@ def run_fit(
             f"{options.compute}; pass --compute {compare.compute_unit} (a sweep plan: fit: {{compute: "
             f"{compare.compute_unit}}}) or compare with another curve"
         )
-    logs = load_runs(runs, n=options.n, b_problem=options.b_problem, derive_compute=options.derive_compute)
-    frontier = build_frontier(logs, metric=options.metric, compute=options.compute, bucket=options.bucket, ema=options.ema)
+    logs = load_runs(runs, n=options.n, b_problem=options.b_problem, derive_compute=options.derive_compute,
+                     run_table=options.run_table)
+    metric, note = (options.metric, None) if options.metric is not None else logged_avg_at_k(logs)
+    frontier = build_frontier(logs, metric=metric, compute=options.compute, bucket=options.bucket, ema=options.ema)
+    if note:
+        frontier.notes.insert(0, note)
     result = fit_frontier(
         frontier, group_by=options.group_by, fit_on=options.fit_on, shared_r0=options.shared_r0,
         window=options.window, k_max=options.k_max, bootstrap=options.bootstrap, seed=options.seed,

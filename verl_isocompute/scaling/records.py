@@ -10,9 +10,8 @@ Three formats are read:
 * verl's file logger (``trainer.logger=['file']``, ``verl/utils/tracking.py::FileLogger``): one line
   ``{"step": N, "data": {metric: value, ...}}`` per ``logger.log`` call, written to
   ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl`` (or ``$VERL_FILE_LOGGER_PATH``). Step 0 is the
-  validation before training. It logs neither n nor B_problem: they come from ``--n/--b-problem``, from a
-  hydra ``.hydra/config.yaml`` next to the log (``actor_rollout_ref.rollout.n``, ``data.train_batch_size``)
-  or from the run's name (``..._n16_bp32``), in that order.
+  validation before training. verl logs neither n nor B_problem (our trainer adds ``isocompute/n`` and
+  ``isocompute/b_problem``); where else they come from: :mod:`verl_isocompute.scaling.run_settings`.
 * a CSV exported from a wandb or tensorboard project: one row per logged step, a step column (``step``,
   ``_step``, ``global_step``, ...), metric columns, config columns for n and B_problem and, for a project
   export, a run column (``run``, ``name``, ...). Empty cells mean "not logged at this step".
@@ -46,7 +45,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import math
 import operator
 import os
 import re
@@ -61,23 +59,17 @@ import pandas as pd
 from verl_isocompute.runlog import RUN_LOG, WITH_CURATION, WITH_GUIDANCE, JsonlError, read_jsonl
 from verl_isocompute.scaling import sources
 from verl_isocompute.scaling.errors import ScalingError
+from verl_isocompute.scaling.run_settings import RunSettings
+from verl_isocompute.scaling.run_table import B_ALIASES, N_ALIASES, RUN_ALIASES, find_column, load_run_table
 
 KEY_COLUMNS = ("run", "step", "n", "b_problem", "rollouts", "tokens", WITH_GUIDANCE["rollouts"], WITH_CURATION["rollouts"])
 RESPONSE_LENGTH = "response_length/mean"
 
-# Column names other tools use for the same things (wandb history: _step; verl: training/global_step,
-# rollout.n, data.train_batch_size). A "config." / "config/" prefix is ignored when matching.
+# Step columns other tools write (wandb history: _step; verl: training/global_step); see run_settings for
+# the run, n and b_problem columns.
 _STEP_ALIASES = ("step", "_step", "global_step", "training/global_step", "trainer/global_step")
-_RUN_ALIASES = ("run", "run_id", "run_name", "name", "experiment_name", "trainer.experiment_name")
-_N_ALIASES = ("n", "rollout.n", "actor_rollout_ref.rollout.n")
-_B_ALIASES = ("b_problem", "train_batch_size", "data.train_batch_size")
 _NONFINITE_JSON = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*(?:null|NaN|-?Infinity)')
 _NONFINITE_TEXT = {"nan", "-nan", "+nan", "inf", "-inf", "+inf", "infinity", "-infinity", "+infinity", "null", "none"}
-# Run names such as "easy_n16_bp32" or "n=16-b_problem=32" carry the sweep cell.
-_NAME_PATTERNS = {
-    "n": re.compile(r"(?:^|[^a-z0-9])n[_=-]?(\d+)(?![0-9])", re.IGNORECASE),
-    "b_problem": re.compile(r"(?:^|[^a-z0-9])(?:bp|b_problem|bproblem|b)[_=-]?(\d+)(?![0-9])", re.IGNORECASE),
-}
 
 
 @dataclass
@@ -112,13 +104,16 @@ def load_runs(
     n: int | None = None,
     b_problem: int | None = None,
     derive_compute: bool = False,
+    run_table: str | os.PathLike | None = None,
 ) -> RunLogs:
     """Load run logs from run directories, log files, or directories searched recursively.
 
     ``n`` / ``b_problem`` fill in for logs that do not carry them (verl's file logger, a CSV without
-    config columns). ``derive_compute`` ignores the logged compute counters and uses
-    C = step * n * b_problem (for a run whose counter restarted on resume).
+    config columns); ``run_table`` names a CSV/YAML of run -> n, b_problem for such logs, per run (where each
+    comes from: :mod:`verl_isocompute.scaling.run_settings`). ``derive_compute`` ignores the logged compute
+    counters and uses C = step * n * b_problem (for a run whose counter restarted on resume).
     """
+    table = load_run_table(run_table) if run_table is not None else None
     files = find_logs(paths)
     raws: list[_RawRun] = []
     for path, fmt, root in files:
@@ -126,7 +121,8 @@ def load_runs(
             if fmt in sources.FORMATS:
                 run = sources.read(path, fmt)
                 columns = {key: run.frame[key].to_numpy(dtype=float) for key in run.frame.columns}
-                batch = [_RawRun(run.name, run.path, fmt, columns, run.header, run.nonfinite, truncated_line=run.truncated)]
+                batch = [_RawRun(run.name, run.path, fmt, columns, run.header, run.nonfinite, truncated_line=run.truncated,
+                                 text_cells=run.text_cells)]
             else:
                 batch = _read_csv(path) if fmt == "csv" else [_read_jsonl(path, fmt)]
         except OSError as exc:  # an input that cannot be read is named as such, not taken for the output
@@ -141,14 +137,17 @@ def load_runs(
     columns, metas = [], []
     nonfinite: Counter = Counter()
     text_cells: dict[str, str] = {}
+    settings = RunSettings(n, b_problem, table)
     for raw in raws:
-        cols, meta = _finalize(raw, {"n": n, "b_problem": b_problem}, derive_compute, notes)
+        cols, meta = _finalize(raw, settings, derive_compute, notes)
         columns.append(cols)
         metas.append(meta)
         nonfinite.update(raw.nonfinite)
         for key, where in raw.text_cells.items():
             text_cells.setdefault(key, where)
     runs = pd.DataFrame(metas)
+    if table is not None:
+        table.check_all_used(runs["run"].tolist())
     dupes = runs["run"][runs["run"].duplicated()].tolist()
     if dupes:
         raise ScalingError(f"run name {dupes[0]!r} appears twice; pass each run once")
@@ -457,13 +456,13 @@ def _read_csv(path: Path) -> list[_RawRun]:
             f"{path} is a TensorBoard single-scalar export (Wall time, Step, Value); export one row per step "
             "with a column per metric and config columns n and b_problem (see docs/SCALING.md)"
         )
-    step_col = _find_column(df.columns, _STEP_ALIASES)
+    step_col = find_column(df.columns, _STEP_ALIASES)
     if step_col is None:
         raise ScalingError(f"{path}: no step column; name one of {', '.join(_STEP_ALIASES)}")
-    run_col = _find_column(df.columns, _RUN_ALIASES)
+    run_col = find_column(df.columns, RUN_ALIASES)
     renames = {step_col: "step"}
-    for key, aliases in (("n", _N_ALIASES), ("b_problem", _B_ALIASES)):
-        col = _find_column(df.columns, aliases)
+    for key, aliases in (("n", N_ALIASES), ("b_problem", B_ALIASES)):
+        col = find_column(df.columns, aliases)
         if col is not None:
             renames[col] = key
     runs = df[run_col].astype(str) if run_col is not None else pd.Series(path.stem, index=df.index)
@@ -512,25 +511,6 @@ def _read_csv(path: Path) -> list[_RawRun]:
     return out
 
 
-def _find_column(columns: Iterable[str], aliases: tuple[str, ...]) -> str | None:
-    def bare(name: str) -> str:
-        name = str(name).strip()
-        for prefix in ("config.", "config/"):
-            if name.lower().startswith(prefix):
-                name = name[len(prefix):]
-        return name
-
-    by_bare = {}
-    for col in columns:
-        by_bare.setdefault(bare(col), col)
-        by_bare.setdefault(bare(col).lower(), col)
-    for alias in aliases:
-        for key in (alias, alias.lower()):
-            if key in by_bare:
-                return by_bare[key]
-    return None
-
-
 # --- one run: steps, n, b_problem, compute ---------------------------------------------------------
 
 
@@ -552,11 +532,11 @@ def name_runs(runs: list[str]) -> str:
     return ", ".join(runs[:3]) + (f", ... ({len(runs)} runs)" if len(runs) > 3 else "")
 
 
-def _finalize(raw: _RawRun, overrides: dict[str, int | None], derive_compute: bool, notes: _Notes):
+def _finalize(raw: _RawRun, settings: RunSettings, derive_compute: bool, notes: _Notes):
     """One run's columns in step order with n, b_problem, rollouts and tokens settled, and its row of ``runs``."""
     cols = raw.columns
     if raw.truncated_line:
-        notes.add("last line was cut off mid-write and skipped", raw.name)
+        notes.add("last line (record) was cut off mid-write and skipped", raw.name)
     if "step" not in cols or len(cols["step"]) == 0:
         raise ScalingError(f"{raw.path}: no training steps logged (every line needs a 'step')")
     step = cols["step"]
@@ -577,7 +557,8 @@ def _finalize(raw: _RawRun, overrides: dict[str, int | None], derive_compute: bo
 
     meta: dict[str, Any] = {"run": raw.name, "path": str(raw.path), "format": raw.fmt}
     for key in ("n", "b_problem"):
-        value, source = _resolve_setting(raw, cols, key, overrides[key], notes)
+        value, source = settings.resolve(raw.name, raw.path, raw.root, raw.fmt, cols.get(key), cols["step"], raw.header,
+                                         key, notes)
         cols.pop(key, None)  # one value per run: a column of runs (see _stack)
         meta[key] = value
         meta[f"{key}_source"] = source
@@ -639,72 +620,3 @@ def _derived_tokens(step: np.ndarray, lengths: np.ndarray | None, per_step: floa
         tokens[train] = np.cumsum(lengths[train] * per_step)
         tokens[step == 0] = 0.0
     return tokens
-
-
-def _resolve_setting(raw: _RawRun, cols: dict[str, np.ndarray], key: str, override: int | None, notes: _Notes):
-    """n or b_problem for one run, and where it came from: the log, --n/--b-problem, hydra, the name."""
-    flag = "--n" if key == "n" else "--b-problem"
-    logged = cols[key][~np.isnan(cols[key])] if key in cols else np.array([])
-    if len(logged):
-        if np.any(logged != logged[0]):
-            steps = cols["step"][~np.isnan(cols[key])]
-            at = int(np.flatnonzero(logged != logged[0])[0])
-            raise ScalingError(
-                f"{raw.name}: {key} changes mid-run ({logged[0]:g} at step {steps[0]:g}, "
-                f"{logged[at]:g} at step {steps[at]:g}); the fit needs one {key} per run: split the log"
-            )
-        value, source = logged[0], "log"
-    elif raw.header.get(key) is not None:
-        value, source = raw.header[key], "header"
-    elif override is not None:
-        value, source = override, flag
-    else:
-        value, source = _from_hydra(raw, key), ".hydra/config.yaml"
-        if value is None:
-            value, source = _from_name(raw.name, key), "run name"
-        if value is None:
-            raise ScalingError(
-                f"{raw.name}: the log does not say {key}; pass {flag}, put the run's .hydra/config.yaml next to "
-                "the log, or name the run like '..._n16_bp32'"
-            )
-        notes.add(f"{key} not in the log, taken from the {source}", raw.name)
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ScalingError(f"{raw.name}: {key} must be a positive integer, got {value!r}") from None
-    if not (math.isfinite(number) and number >= 1 and number == int(number)):
-        raise ScalingError(f"{raw.name}: {key} must be a positive integer, got {value!r}")
-    if override is not None and source != flag and float(override) != number:
-        notes.add(f"{flag} {override} ignored: the log says {key}={int(number)}", raw.name)
-    return int(number), source
-
-
-def _from_hydra(raw: _RawRun, key: str) -> int | None:
-    import yaml
-
-    keys = ("actor_rollout_ref", "rollout", "n") if key == "n" else ("data", "train_batch_size")
-    folder = raw.path.parent
-    stop = (raw.root or folder).resolve()
-    for _ in range(4):
-        config = folder / ".hydra" / "config.yaml"
-        if config.is_file():
-            try:
-                node = yaml.safe_load(config.read_text())
-            except (OSError, yaml.YAMLError):
-                return None
-            for part in keys:
-                node = node.get(part) if isinstance(node, dict) else None
-            return node if isinstance(node, int) and not isinstance(node, bool) else None
-        if folder.resolve() == stop or folder.parent == folder:
-            break
-        folder = folder.parent
-    return None
-
-
-def _from_name(name: str, key: str) -> int | None:
-    parts = re.split(r"[/\\:]", name)
-    for part in reversed(parts):
-        match = _NAME_PATTERNS[key].search(part)
-        if match:
-            return int(match.group(1))
-    return None

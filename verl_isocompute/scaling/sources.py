@@ -7,10 +7,12 @@ libraries, only when those are installed (verl's ``verl-core`` extra installs bo
 
 * **tensorboard**: a directory of ``events.out.tfevents.*`` files is one run (verl's tensorboard logger
   writes ``$TENSORBOARD_DIR`` or ``tensorboard_log/<project>/<experiment>/``; a restarted run adds a file
-  to the same directory). Read with tensorboard's ``EventAccumulator``: scalars written by
-  ``torch.utils.tensorboard`` (verl's logger, ``simple_value``) and TF2-style scalar tensors (plugin
-  ``scalars``). A step logged twice (a restart) keeps the value written last. Tensorboard stores scalars
-  as float32 (7 significant digits: exact for rollout counts below 2^24 = 1.7e7).
+  to the same directory). Read record by record with tensorboard's own protobufs and checksum: scalars
+  written by ``torch.utils.tensorboard`` (verl's logger, ``simple_value``) and TF2-style scalar tensors
+  (plugin ``scalars``). A step logged twice (a restart) keeps the value written last. A damaged record is
+  an error naming the file and the record (tensorboard's ``EventAccumulator`` would stop there silently);
+  a last record cut off by a kill is skipped. Tensorboard stores scalars as float32 (7 significant digits:
+  exact for rollout counts below 2^24 = 1.7e7).
 * **wandb**: a run directory ``wandb/run-<date>-<id>/`` or ``wandb/offline-run-<date>-<id>/``. wandb
   0.10+ keeps a run's history only in its transaction log ``run-<id>.wandb``: records of wandb's own
   protobuf ``Record`` (``wandb.proto.wandb_internal_pb2``), framed as a LevelDB log (a 7-byte header
@@ -20,11 +22,15 @@ libraries, only when those are installed (verl's ``verl-core`` extra installs bo
   ``files/wandb-history.jsonl`` (one JSON row per step, ``_step``) and ``files/config.yaml``
   (``key: {value: ...}``); those are read too, without the wandb package.
 
+Values that are not numbers follow the policy of the JSONL and CSV readers (:class:`_Rows`): an error
+naming where, unless the key holds no number at all in the run (a tag, a table, an image).
+
 n and B_problem come from the wandb config (``actor_rollout_ref.rollout.n``, ``data.train_batch_size``,
-the keys verl's config logs) into the run's header; tensorboard logs carry no config, so records.py
-takes them from ``--n``/``--b-problem``, a ``.hydra/config.yaml`` nearby or the run name
-(``..._n16_bp32``). Our trainer's compute counters reach verl's loggers as ``isocompute/rollouts`` and
-``isocompute/tokens``; they become the ``rollouts`` and ``tokens`` columns (:func:`compute_names`, also
+the keys verl's config logs) into the run's header; tensorboard logs carry no config, so
+:mod:`verl_isocompute.scaling.run_settings` finds them (a run table, ``--n``/``--b-problem``, the run's
+hydra record, the run name). Our trainer's compute counters and the run's n and B_problem reach verl's
+loggers as ``isocompute/rollouts``, ``isocompute/tokens``, ``isocompute/n`` and ``isocompute/b_problem``;
+they become the ``rollouts``, ``tokens``, ``n`` and ``b_problem`` columns (:func:`compute_names`, also
 applied to verl's file logger). Pure: no verl, no torch.
 """
 
@@ -48,10 +54,11 @@ FORMATS = (WANDB, TENSORBOARD)
 TB_EVENTS_PREFIX = "events.out.tfevents."
 WANDB_SUFFIX = ".wandb"
 WANDB_HISTORY = "wandb-history.jsonl"
-# Our trainer's cumulative compute, as verl's loggers receive it (training/trainer.py).
+# Our trainer's cumulative compute and the run's n and B_problem, as verl's loggers receive them (training/trainer.py).
 COMPUTE_ALIASES = {"isocompute/rollouts": "rollouts", "isocompute/tokens": "tokens",
                    "isocompute/rollouts_with_guidance": "rollouts_with_guidance",
-                   "isocompute/rollouts_with_curation": "rollouts_with_curation"}
+                   "isocompute/rollouts_with_curation": "rollouts_with_curation",
+                   "isocompute/n": "n", "isocompute/b_problem": "b_problem"}
 # Where verl's config keeps n and B_problem.
 CONFIG_KEYS = {"n": ("actor_rollout_ref", "rollout", "n"), "b_problem": ("data", "train_batch_size")}
 INSTALL = {
@@ -78,6 +85,7 @@ class SourceRun:
     header: dict[str, Any] = field(default_factory=dict)
     nonfinite: Counter = field(default_factory=Counter)
     truncated: bool = False
+    text_cells: dict[str, str] = field(default_factory=dict)  # keys that held no number: key -> where first seen
 
 
 def sniff(path: Path) -> str | None:
@@ -126,53 +134,128 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def _table(rows: dict[float, dict[str, float]]) -> pd.DataFrame:
-    """{step: {metric: value}} -> a frame with ``step`` and float metric columns."""
-    frame = pd.DataFrame.from_dict(rows, orient="index", dtype=float)
-    frame.index.name = "step"
-    return frame.reset_index()
+class _Rows:
+    """Logged values by step, with the reader's policy for what is not a number.
+
+    A value that is not a number (a string, ``true``, a list, a wandb table or image) is never dropped
+    silently, since dropping it would lose a point or the whole metric of a run: in a key that also holds
+    numbers in this run it is an error naming the record and the key; a key that holds no number at all in
+    this run (a tag, a note, a media panel) is not a metric and is left out, remembered in ``text_cells``
+    (an error if it is the metric being fitted: :func:`~verl_isocompute.scaling.frontier.validation_points`).
+    NaN, inf and null are counted per key and kept as NaN (not logged)."""
+
+    def __init__(self) -> None:
+        self.values: dict[float, dict[str, float]] = {}
+        self.nonfinite: Counter = Counter()
+        self.numeric: set[str] = set()
+        self.text: dict[str, str] = {}  # key -> where its first non-number was logged
+
+    def add(self, step: Any, key: str, value: Any, where: str) -> None:
+        if value is None:
+            self.nonfinite[key] += 1
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.text.setdefault(key, f"{where}: {key} is {_shown_value(value)}")
+            return
+        elif not math.isfinite(value):
+            self.nonfinite[key] += 1
+        self.numeric.add(key)
+        self.values.setdefault(float(step), {})[key] = math.nan if value is None or not math.isfinite(value) else float(value)
+
+    def run(self, name: str, path: Path, header: dict[str, Any], truncated: bool) -> SourceRun:
+        mixed = sorted(self.numeric & set(self.text))
+        if mixed:
+            raise ScalingError(
+                f"{self.text[mixed[0]]}, not a number; fix that value in the log (a value not logged at a step is "
+                "left out), or fit from a CSV export of the run"
+            )
+        frame = pd.DataFrame.from_dict(self.values, orient="index", dtype=float)
+        frame.index.name = "step"
+        return SourceRun(name, path, frame.reset_index(), header, self.nonfinite, truncated, dict(self.text))
 
 
-def _add(rows: dict, nonfinite: Counter, step: float, key: str, value: Any) -> None:
-    """One logged value; numbers only (wandb also logs tables, images, strings), NaN/inf counted."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return
-    if not math.isfinite(value):
-        nonfinite[key] += 1
-        value = math.nan
-    rows.setdefault(float(step), {})[key] = float(value)
+def _shown_value(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # --- tensorboard ---------------------------------------------------------------------------------------
 
 
 def _read_tensorboard(path: Path) -> SourceRun:
+    """Scalars of every event file of a run, in file-name order (the order they were written).
+
+    Read record by record (TFRecord framing: length, its masked crc32c, the ``Event``, its masked
+    crc32c), not through tensorboard's ``EventAccumulator``, which stops at a damaged record without a word
+    and so drops the rest of the run. Here a record whose checksum fails is an error naming the file and
+    the record; only a last record cut off by a kill (the file ends inside it) is skipped, with a note.
+    """
     try:
-        from tensorboard.backend.event_processing import event_accumulator
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
         from tensorboard.util import tensor_util
     except ImportError:
         raise ScalingError(
             f"{path}: reading tensorboard event files needs tensorboard: {INSTALL[TENSORBOARD]}"
         ) from None
-    sizes = {event_accumulator.SCALARS: 0, event_accumulator.TENSORS: 0}  # 0 = keep every event
-    acc = event_accumulator.EventAccumulator(str(path), size_guidance=sizes)
-    try:
-        acc.Reload()  # a damaged file is skipped by tensorboard (no steps: read() says so)
-    except OSError as exc:
-        raise ScalingError(f"{path}: cannot read the tensorboard event file(s) ({exc})") from None
-    rows: dict[float, dict[str, float]] = {}
-    nonfinite: Counter = Counter()
-    tags = acc.Tags()
-    for tag in tags.get(event_accumulator.SCALARS, []):
-        for event in acc.Scalars(tag):  # in the order written: a restart's later value wins
-            _add(rows, nonfinite, event.step, tag, float(event.value))
-    for tag in tags.get(event_accumulator.TENSORS, []):
-        if acc.SummaryMetadata(tag).plugin_data.plugin_name != "scalars":
-            continue  # histograms, text, ...
-        for event in acc.Tensors(tag):
-            _add(rows, nonfinite, event.step, tag, float(tensor_util.make_ndarray(event.tensor_proto).item()))
+    from google.protobuf.message import DecodeError
+
+    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.name.startswith(TB_EVENTS_PREFIX))
+    rows = _Rows()
+    scalar_tags: dict[str, bool] = {}  # tag -> written by the scalars plugin (TF2 puts the metadata on its first value)
+    cut = False
+    for file in files:
+        try:
+            data = file.read_bytes()
+        except OSError as exc:
+            raise ScalingError(f"{file}: cannot read the tensorboard event file ({exc})") from None
+        for index, record in _tf_records(file, data, masked_crc32c):
+            if record is None:
+                cut = True
+                break
+            try:
+                event = Event.FromString(record)
+            except DecodeError:
+                raise ScalingError(f"{file}: damaged tensorboard record {index} (not an Event); {_TB_FIX}") from None
+            for value in event.summary.value:
+                kind = value.WhichOneof("value")
+                if value.metadata.plugin_data.plugin_name:
+                    scalar_tags[value.tag] = value.metadata.plugin_data.plugin_name == "scalars"
+                if kind == "simple_value":  # torch's SummaryWriter, verl's tensorboard logger
+                    number: Any = float(value.simple_value)
+                elif kind == "tensor" and scalar_tags.get(value.tag):
+                    array = tensor_util.make_ndarray(value.tensor)
+                    number = array.item() if array.size == 1 else array.tolist()
+                else:
+                    continue  # histograms, images, text, ...
+                rows.add(event.step, value.tag, number, f"{file}, record {index}")
     folder = path if path.is_dir() else path.parent
-    return SourceRun(_shown(folder), path, _table(rows), {}, nonfinite)
+    return rows.run(_shown(folder), path, {}, cut)
+
+
+_TB_FIX = "the rest of the run would be lost: export the run as a CSV from another copy, or pass the event files before it"
+
+
+def _tf_records(file: Path, data: bytes, masked_crc32c):
+    """(record number from 1, bytes) of a TFRecord file; (n, None) when the file ends inside record n."""
+    pos, index = 0, 0
+    while pos < len(data):
+        index += 1
+        if pos + 12 > len(data):
+            yield index, None
+            return
+        header = data[pos : pos + 8]
+        (length,), (header_crc,) = struct.unpack("<Q", header), struct.unpack("<I", data[pos + 8 : pos + 12])
+        if masked_crc32c(header) != header_crc:
+            raise ScalingError(f"{file}: damaged tensorboard record {index} (length checksum at byte {pos}); {_TB_FIX}")
+        end = pos + 12 + length + 4
+        if end > len(data):
+            yield index, None
+            return
+        record = data[pos + 12 : end - 4]
+        if masked_crc32c(record) != struct.unpack("<I", data[end - 4 : end])[0]:
+            raise ScalingError(f"{file}: damaged tensorboard record {index} (data checksum at byte {pos}); {_TB_FIX}")
+        yield index, record
+        pos = end
 
 
 # --- wandb ---------------------------------------------------------------------------------------------
@@ -188,8 +271,7 @@ def _read_wandb(path: Path) -> SourceRun:
         if not legacy.is_file():
             raise ScalingError(f"{path}: no run-<id>.wandb log nor files/{WANDB_HISTORY}: not a wandb run directory")
         return _read_wandb_history(folder, legacy)
-    rows: dict[float, dict[str, float]] = {}
-    nonfinite: Counter = Counter()
+    rows = _Rows()
     config: dict[str, Any] = {}
     name = None
     truncated = False
@@ -203,14 +285,13 @@ def _read_wandb(path: Path) -> SourceRun:
                 step = json.loads(values["_step"]) if "_step" in values else record.history.step.num
                 for key, text in values.items():
                     if not key.startswith("_"):
-                        _add(rows, nonfinite, step, key, json.loads(text))
+                        rows.add(step, key, json.loads(text), f"{log}, step {step}")
             elif kind == "run":
                 name = record.run.display_name or record.run.run_id or name
                 config.update({_wandb_key(item): json.loads(item.value_json) for item in record.run.config.update})
             elif kind == "config":
                 config.update({_wandb_key(item): json.loads(item.value_json) for item in record.config.update})
-    shown = _shown(folder) + (f":{name}" if name else "")
-    return SourceRun(shown, path, _table(rows), _header(config), nonfinite, truncated)
+    return rows.run(_shown(folder) + (f":{name}" if name else ""), path, _header(config), truncated)
 
 
 def _wandb_key(item: Any) -> str:
@@ -267,8 +348,7 @@ def _wandb_records(log: Path) -> tuple[list[Any], bool]:
 def _read_wandb_history(folder: Path, history: Path) -> SourceRun:
     import yaml
 
-    rows: dict[float, dict[str, float]] = {}
-    nonfinite: Counter = Counter()
+    rows = _Rows()
     cut = False
     lines = history.read_text().splitlines()
     for i, line in enumerate(lines):
@@ -284,13 +364,13 @@ def _read_wandb_history(folder: Path, history: Path) -> SourceRun:
         step = obj.get("_step", i)
         for key, value in obj.items():
             if not key.startswith("_"):
-                _add(rows, nonfinite, step, key, value)
+                rows.add(step, key, value, f"{history}, line {i + 1}")
     config_file = folder / "files" / "config.yaml"
     config = {}
     if config_file.is_file():
         loaded = yaml.safe_load(config_file.read_text()) or {}
         config = {k: v.get("value") if isinstance(v, dict) and "value" in v else v for k, v in loaded.items()}
-    return SourceRun(_shown(folder), history, _table(rows), _header(config), nonfinite, cut)
+    return rows.run(_shown(folder), history, _header(config), cut)
 
 
 def _header(config: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ the ``isocompute.allocation`` block)::
 
     import hydra
     from hydra.core.hydra_config import HydraConfig
-    from verl.trainer.main_ppo import run_ppo
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl_isocompute.training.allocation_hook import apply_allocation, explicit_keys_from_overrides, format_decision
 
     @hydra.main(config_path="config", config_name="my_trainer", version_base=None)
@@ -30,7 +30,7 @@ the ``isocompute.allocation`` block)::
         allocation = apply_allocation(cfg, explicit)  # None when isocompute.allocation.enable is false
         if allocation is not None:
             print(format_decision(allocation))
-        run_ppo(cfg)
+        run_ppo(cfg, task_runner_class=TaskRunnerV1)  # verl 0.9's v1 trainer, as its main_ppo runs it
 
 Until 0.3 the 0.1 module ``verl_isocompute.allocation`` (rule and hook in one) is this module; the
 rule's names are importable from here for that reason (``__all__``).

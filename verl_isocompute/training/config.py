@@ -36,7 +36,15 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from verl_isocompute.runlog import VERL_METRICS
 from verl_isocompute.training import resolvers
 from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
-from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, ESTIMATORS, GROUPS, TRAINER, ZERO_VARIANCE_MODES
+from verl_isocompute.training.names import (
+    DECOUPLED_ESTIMATOR,
+    ESTIMATORS,
+    GROUPS,
+    OFF,
+    REGULARIZERS,
+    TRAINER,
+    ZERO_VARIANCE_MODES,
+)
 
 resolvers.register()  # before any recipe is composed: the recipes interpolate them
 from verl_isocompute.training.on_policy import check_reuse, prepare_reuse_rollout_log_probs
@@ -150,8 +158,10 @@ def prepare_run_dir(cfg: DictConfig) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     with open_dict(cfg):
         cfg.isocompute.run_dir = str(run_dir)
-    # verl's file logger reads its path from the environment of the TaskRunner (a child of this process).
-    os.environ["VERL_FILE_LOGGER_PATH"] = str(run_dir / VERL_METRICS)
+    # verl's file logger reads its path from the environment of the TaskRunner (a child of this process); a
+    # VERL_FILE_LOGGER_ROOT of the user's (<root>/<project>/<experiment>.jsonl) wins, as in verl.
+    if "VERL_FILE_LOGGER_ROOT" not in os.environ:
+        os.environ["VERL_FILE_LOGGER_PATH"] = str(run_dir / VERL_METRICS)
     return run_dir
 
 
@@ -171,6 +181,43 @@ def check_group_size(cfg: DictConfig) -> None:
             f"algorithm.adv_estimator={DECOUPLED_ESTIMATOR} trains on n_train of the actor_rollout_ref.rollout.n={n} "
             f"rollouts per problem, but isocompute.decoupled.n_train={_show(n_train)}: set it in [1, {n}]"
         )
+
+
+def check_model_setting(cfg: DictConfig) -> None:
+    """``isocompute.model`` builds a built-in model only where ``actor_rollout_ref.model.path`` reads it (our
+    recipes: ``${isocompute.model_path:}``); on a config with a model path of its own it would be ignored."""
+    name = _select(cfg, "isocompute.model")
+    model = _select(cfg, "actor_rollout_ref.model")
+    node = model._get_node("path") if OmegaConf.is_dict(model) else None  # raw: not resolved
+    raw = node._value() if node is not None else None
+    if name and not (isinstance(raw, str) and "isocompute.model_path" in raw):
+        raise RecipeError(
+            f"isocompute.model={name} would be ignored: this config sets actor_rollout_ref.model.path={raw}, and the "
+            "built-in model is used where the path is ${isocompute.model_path:} (our recipes). Pass "
+            "actor_rollout_ref.model.path='${isocompute.model_path:}' to use it, or drop isocompute.model"
+        )
+
+
+def zero_variance_notice(cfg: DictConfig) -> str | None:
+    """One line when ``isocompute.zero_variance.mode=regularizers`` has nothing to act on (no KL loss, no entropy
+    bonus: verl's stock settings and our Hard recipe), else None; an unknown mode is a RecipeError."""
+    mode = _select(cfg, "isocompute.zero_variance.mode", default=OFF)
+    if mode not in ZERO_VARIANCE_MODES:
+        raise RecipeError(f"isocompute.zero_variance.mode={mode!r}: use one of {', '.join(ZERO_VARIANCE_MODES)}")
+    if mode != REGULARIZERS or regularizers_on(cfg):
+        return None
+    return (
+        f"[isocompute] warning: isocompute.zero_variance.mode={REGULARIZERS} masks the KL loss and the entropy bonus, but "
+        "this run has neither (actor_rollout_ref.actor.use_kl_loss=false, entropy_coeff=0): the filter does nothing "
+        "(isocompute/reg_active_frac is 0). Turn one of them on, use mode=groups to drop zero-variance groups from "
+        "every loss term, or drop the zero_variance piece"
+    )
+
+
+def regularizers_on(cfg: DictConfig) -> bool:
+    """Whether the actor loss has a term the ``regularizers`` mode masks: a KL loss or an entropy bonus."""
+    actor = cfg.actor_rollout_ref.actor
+    return bool(actor.get("use_kl_loss", False)) or float(actor.get("entropy_coeff", 0) or 0) != 0
 
 
 def check_warmup_schedule(cfg: DictConfig) -> None:
@@ -245,7 +292,7 @@ def check_trainer_settings(cfg: DictConfig) -> None:
         )
 
 
-def check_config(cfg: DictConfig) -> None:
+def check_config(cfg: DictConfig) -> list[str]:
     """Every check of a run's settings that needs nothing built or started: the entry point makes them before
     Ray starts (:func:`prepare`), and ``isocompute sweep`` on every cell's config before the first cell, in
     ``--dry-run`` too, so a dry run accepts exactly what the run accepts up to there.
@@ -255,7 +302,7 @@ def check_config(cfg: DictConfig) -> None:
     interpolations (a piece that needs our trainer) and the reuse of the rollout's log-probs. ``cfg`` may be
     resolved or only composed: only the keys checked are resolved, so nothing is built here (the built-in
     model, generated data, a guided mixture and the CPU dtype are checked where :func:`prepare` makes them). Raises
-    :class:`RecipeError` naming the key and the fix.
+    :class:`RecipeError` naming the key and the fix; returns the notices to print (a piece with no effect).
     """
     from omegaconf.errors import InterpolationResolutionError
 
@@ -263,6 +310,7 @@ def check_config(cfg: DictConfig) -> None:
         check_platform(cfg)
         check_estimator(cfg)
         check_group_size(cfg)
+        notice = zero_variance_notice(cfg)  # an unknown mode is refused whichever trainer runs
         if _select(cfg, "trainer.v1.trainer_mode") == TRAINER:
             check_trainer_settings(cfg)
         OmegaConf.to_container(cfg.isocompute, resolve=True)
@@ -275,6 +323,7 @@ def check_config(cfg: DictConfig) -> None:
         raise _resolver_error(exc) from None
     except ValueError as exc:  # the reuse check's
         raise RecipeError(str(exc)) from None
+    return [notice] if notice else []
 
 
 def _resolver_error(exc: Exception) -> RecipeError:
@@ -345,11 +394,14 @@ def prepare(cfg: DictConfig) -> DictConfig:
     """Resolve our ``isocompute`` block into plain verl settings, as verl's entry point would, and check
     them before Ray starts. Raises :class:`RecipeError` (or the model's ModelError)."""
     prepare_platform(cfg)
-    check_config(cfg)  # every settings check, before anything is built (the sweep's dry run makes the same)
+    check_model_setting(cfg)  # on the composed config: it reads how the model path is written
+    notices = check_config(cfg)  # every settings check, before anything is built (the sweep's dry run makes the same)
     resolve(cfg)
     prepare_model(cfg)
     prepare_data(cfg)
     prepare_guided_data(cfg)
+    for notice in notices:
+        print(notice, flush=True)
     report_allocation(cfg)
     report_lr(cfg)
     try:

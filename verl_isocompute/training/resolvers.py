@@ -31,6 +31,11 @@ What they compute (each rule lives in one place; these functions only read the c
   length and generated set: a guided recipe's prompts are longer and need solutions).
 - ``isocompute.device:``: ``cpu`` when the CPU platform is requested; stops the run with one line if
   ``VERL_PLATFORM=cpu`` is missing (verl picks its platform when it is imported, before any config exists).
+  Under our entry point, which sets it before a run (:data:`ENTRY_SETS_PLATFORM`), it sets it here too, so
+  that ``--cfg job --resolve`` prints the config.
+- ``isocompute.on_cpu:DEFAULT,CPU_VALUE``: CPU_VALUE on the CPU platform (``isocompute.platform=cpu``), else
+  DEFAULT: the recipes' sizes for each platform (``recipes/isocompute_cpu_sizes.yaml``), so that
+  ``+platform=cpu`` itself changes only what the CPU needs and keeps a user's own sizes.
 - ``isocompute.needs_trainer:VALUE``: VALUE, if our trainer is selected; for the settings only our trainer
   reads (the zero-variance filter, the decoupled baseline), which would otherwise be silently ignored.
 
@@ -47,6 +52,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 LAUNCH_DIR_ENV = "ISOCOMPUTE_LAUNCH_DIR"
+# True in ``python -m verl_isocompute.main``, which sets VERL_PLATFORM itself for the CPU platform (verl's main_ppo
+# cannot: it has imported verl before it reads the config).
+ENTRY_SETS_PLATFORM = False
 OPTIM = "actor_rollout_ref.actor.optim"
 DATA_SOURCES = ("arithmetic", "worked")  # generated sets of isocompute.data.source (files: the user's own)
 # The verl key each ${isocompute.allocation:KEY,...} interpolation stands for.
@@ -259,6 +267,8 @@ def _when_guided(unguided: Any, guided: Any, *, _root_: DictConfig) -> Any:
 
 
 def _device(_root_: DictConfig) -> str:
+    if ENTRY_SETS_PLATFORM and not os.environ.get("VERL_PLATFORM", "").strip():
+        os.environ["VERL_PLATFORM"] = "cpu"  # as prepare_platform does before a run
     if os.environ.get("VERL_PLATFORM", "").strip().lower() != "cpu":
         print(
             "isocompute: error: isocompute.platform=cpu needs VERL_PLATFORM=cpu in the environment before verl is "
@@ -268,6 +278,11 @@ def _device(_root_: DictConfig) -> str:
         )
         sys.exit(1)
     return "cpu"
+
+
+def _on_cpu(default: Any, cpu_value: Any, *, _root_: DictConfig) -> Any:
+    value = cpu_value if _select(_root_, "isocompute.platform") == "cpu" else default
+    return OmegaConf.create(value) if isinstance(value, (list, dict)) else value  # a node, as a list in YAML is
 
 
 def _cpu_dtype(_root_: DictConfig) -> str:
@@ -299,6 +314,7 @@ RESOLVERS = {
     "isocompute.when_guided": _when_guided,
     "isocompute.device": _device,
     "isocompute.cpu_dtype": _cpu_dtype,
+    "isocompute.on_cpu": _on_cpu,
     "isocompute.needs_trainer": _needs_trainer,
 }
 

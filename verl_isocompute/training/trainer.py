@@ -65,6 +65,7 @@ from verl_isocompute.training.config import (
     check_group_size,
     check_trainer_settings,
     lr_from_rule,
+    regularizers_on,
 )
 from verl_isocompute.training.lr import (
     VERL_WARMUP_SCHEDULE,
@@ -125,9 +126,10 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
             print(notice, flush=True)
         run_dir = Path(OmegaConf.select(config, "isocompute.run_dir", default=None) or config.trainer.default_local_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        # verl's file logger (created in fit) writes into the run dir unless told otherwise; our entry point sets
-        # it in the driver, verl's main_ppo does not.
-        os.environ.setdefault("VERL_FILE_LOGGER_PATH", str(run_dir / VERL_METRICS))
+        # verl's file logger (created in fit) writes into the run dir unless told otherwise (a path, or a root:
+        # <root>/<project>/<experiment>.jsonl); our entry point sets it in the driver, verl's main_ppo does not.
+        if "VERL_FILE_LOGGER_ROOT" not in os.environ:
+            os.environ.setdefault("VERL_FILE_LOGGER_PATH", str(run_dir / VERL_METRICS))
         self.run_log = RunLogWriter(run_dir)
         self._prepare_guided(config)
         self.compute = ComputeCounter()
@@ -148,6 +150,7 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         self.decoupled = config.algorithm.adv_estimator == DECOUPLED_ESTIMATOR
         self.n_train = int(OmegaConf.select(config, "isocompute.decoupled.n_train")) if self.decoupled else None
         self.pass_rate_bins = int(OmegaConf.select(config, "isocompute.pass_rate_bins", default=10))
+        self.regularizers_on = regularizers_on(config)  # else reg_active_frac is 0: nothing for the mask to act on
         # the kept-sequence count is per step: the seq-mean normaliser can use it only if a step is one mini-batch
         self.one_mini_batch = int(config.actor_rollout_ref.actor.ppo_mini_batch_size) == self.b_problem
 
@@ -306,7 +309,8 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
     def _log_masks(self, masks: StepMasks, acc: np.ndarray, uids: np.ndarray, metrics: dict) -> None:
         real = masks.real
         metrics["isocompute/zero_var_group_frac"] = 1.0 - masks.varying_groups / max(1, masks.groups)
-        metrics["isocompute/reg_active_frac"] = float(masks.reg_mask[real].mean()) if real.any() else 0.0
+        active = real.any() and self.regularizers_on
+        metrics["isocompute/reg_active_frac"] = float(masks.reg_mask[real].mean()) if active else 0.0
         metrics["isocompute/trained_frac"] = float(masks.keep[real].mean()) if real.any() else 0.0
         metrics["isocompute/train_acc"] = float(acc[real].mean()) if real.any() else 0.0
         metrics["isocompute/padding_rows"] = masks.padding_rows
@@ -456,6 +460,8 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         self.compute.add(self._step_info.get("rollouts", 0) + evicted * self.n, self._step_info.get("tokens", 0))
         metrics["isocompute/rollouts"] = self.compute.rollouts
         metrics["isocompute/tokens"] = self.compute.tokens
+        # the run's shape, so that verl's own loggers (file, tensorboard, wandb) are enough for `isocompute fit`
+        metrics["isocompute/n"], metrics["isocompute/b_problem"] = self.n, self.b_problem
         metrics.update({f"isocompute/{key}": value for key, value in self._with_guidance().items()})
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
