@@ -40,7 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stage", choices=("all", "curate", "train", "report"), default="all")
     parser.add_argument("--out", type=Path, default=Path("runs/learning"), help="where everything goes (default %(default)s)")
     # curation
-    parser.add_argument("--size", type=int, default=1200, help="generated problems to curate (default %(default)s)")
+    parser.add_argument("--size", type=int, default=600, help="generated problems to curate (default %(default)s)")
+    parser.add_argument("--max-digits", type=int, default=1, help="digits per operand, 1..max (default %(default)s)")
+    parser.add_argument("--operators", default="+-", help="operators of the generated problems (default %(default)s)")
+    parser.add_argument("--parentheses", action="store_true",
+                        help="reasoning-gym's signed, bracketed operands (default: plain a + b with operands 0..10**digits)")
     parser.add_argument("--k", type=int, default=16, help="samples per problem in curation (default %(default)s, the paper's)")
     parser.add_argument("--val-size", type=int, default=128, help="held-out validation problems (default %(default)s)")
     parser.add_argument("--tune-size", type=int, default=64, help="tuning problems (default %(default)s)")
@@ -64,13 +68,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def curate(args) -> Path:
     """Generate the problems and run ``isocompute curate`` on them (its sample cache makes a rerun resume)."""
-    from verl_isocompute.data.arithmetic import EVIDENCE_SPEC, write_problems
+    from verl_isocompute.data.arithmetic import ArithmeticSpec, write_problems
 
     out = args.out / "curated"
-    problems = write_problems(args.out / "problems.parquet", EVIDENCE_SPEC, size=args.size)
+    spec = ArithmeticSpec(max_digits=args.max_digits, operators=args.operators, allow_parentheses=args.parentheses,
+                          prompt="worked_example")
+    problems = write_problems(args.out / "problems.parquet", spec, size=args.size)
     cmd = [sys.executable, "-m", "verl_isocompute.commands.cli", "curate", "--data", str(problems), "--out", str(out),
            "--model", "smollm2", "--k", str(args.k), "--sets", "easy", "--val-size", str(args.val_size),
-           "--tune-size", str(args.tune_size), "--max-val-fraction", "0.5",
+           "--tune-size", str(args.tune_size), "--max-val-fraction", "0.5", "--concurrency", "4",
            "--max-response-length", str(args.max_response_length), f"isocompute.cpu.dtype={args.dtype}"]
     print("$", " ".join(cmd), flush=True)
     t0 = time.perf_counter()
@@ -95,8 +101,8 @@ def train(args) -> Path:
         f"data.max_response_length={args.max_response_length}", "data.max_prompt_length=160",
         f"trainer.total_training_steps={args.steps}", f"trainer.test_freq={args.test_freq}", "trainer.total_epochs=100",
         f"isocompute.lr.base_lr={args.base_lr}", f"isocompute.lr.warmup_steps={args.warmup_steps}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.b_problem * args.n}",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.b_problem * args.n}",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
         f"isocompute.run_dir={run_dir}", f"trainer.experiment_name={run_dir.name}", *args.overrides,
     ]
     run_dir.mkdir(parents=True, exist_ok=True)
