@@ -77,7 +77,8 @@ def curate(args) -> Path:
     cmd = [sys.executable, "-m", "verl_isocompute.commands.cli", "curate", "--data", str(problems), "--out", str(out),
            "--model", "smollm2", "--k", str(args.k), "--sets", "easy", "--val-size", str(args.val_size),
            "--tune-size", str(args.tune_size), "--max-val-fraction", "0.5", "--concurrency", "4",
-           "--max-response-length", str(args.max_response_length), f"isocompute.cpu.dtype={args.dtype}"]
+           "--max-response-length", str(args.max_response_length), f"isocompute.cpu.dtype={args.dtype}",
+           "data.max_prompt_length=160"]
     print("$", " ".join(cmd), flush=True)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True)
