@@ -66,3 +66,23 @@ def test_arithmetic_dataset_in_verl_format(tmp_path):
     # seeded: the same spec gives the same problems
     train2, _ = write_arithmetic_dataset(tmp_path / "b", spec)
     assert pd.read_parquet(train2)["extra_info"].map(lambda e: e["question"]).tolist() == df_train["extra_info"].map(lambda e: e["question"]).tolist()
+
+
+def test_worked_example_prompt_and_plain_operands(tmp_path):
+    from verl_isocompute.data.arithmetic import WORKED_EXAMPLE, write_problems
+
+    spec = ArithmeticSpec(max_digits=2, operators="+-", allow_parentheses=False, prompt="worked_example")
+    df = pd.read_parquet(write_problems(tmp_path / "p.parquet", spec, size=50))
+    assert len(df) == 50
+    prompt = df.iloc[0]["prompt"]
+    # the solved example is an earlier turn, the problem itself the last user turn, with the same instruction
+    assert [m["role"] for m in prompt] == ["user", "assistant", "user"]
+    assert prompt[1]["content"] == WORKED_EXAMPLE[1] and prompt[2]["content"].startswith(df.iloc[0]["extra_info"]["question"])
+    for question, answer in zip(df["extra_info"].map(lambda e: e["question"]), df["reward_model"].map(lambda r: r["ground_truth"])):
+        a, op, b = question.removeprefix("Calculate ").rstrip(".").split()
+        assert op in "+-" and 0 <= int(a) <= 100 and 0 <= int(b) <= 100  # plain operands: no sign, no brackets
+        assert int(answer) == (int(a) + int(b) if op == "+" else int(a) - int(b))
+    # the demo's default set keeps its name (its cached files); another spec gets its own
+    assert ArithmeticSpec().name == "arith-s0-t22-d11-256-32" and spec.name != ArithmeticSpec(max_digits=2).name
+    with pytest.raises(ValueError, match="isocompute.data.prompt='fewshot'"):
+        ArithmeticSpec(prompt="fewshot")

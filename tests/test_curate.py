@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from pathlib import Path
 
 from verl_isocompute.data.arithmetic import to_verl_row
 from verl_isocompute.workflow import curate as c
@@ -176,6 +177,34 @@ def test_write_outputs_writes_every_file(tmp_path):
     assert not ids(train) & ids(val)
     report = (tmp_path / "report.md").read_text()
     assert "| no ground truth | 1 |" in report and "| hard | avg@16 in [0, 0.0625] | 20 |" in report
+
+
+def test_tune_split_is_disjoint_and_leaves_the_validation_problems_as_they_were(tmp_path):
+    problems, _ = c.screen(_rows([str(i) for i in range(40)]), check_answers=False)
+    records = {pid: {"id": pid, "k": 16, "correct": 6, "response_tokens": [5] * 16, "truncated": 0}
+               for pid in problems["problem_id"]}  # all 40 easy
+    difficulty = c.difficulty_table(problems, records, 16)
+
+    def split(out, **kwargs):
+        summary = c.write_outputs(out, problems, difficulty, pd.DataFrame(columns=["row", "reason", "detail"]),
+                                  {"k": 16, "model": "m"}, sets=("easy",), val_size=8, **kwargs)
+        files = {s: out / "sets" / "easy" / f"{s}.parquet" for s in ("train", "val", "tune")}
+        ids = {s: [e["difficulty_id"] for e in pd.read_parquet(f)["extra_info"]] for s, f in files.items() if f.is_file()}
+        return summary, ids
+
+    plain, without = split(tmp_path / "plain")
+    tuned, ids = split(tmp_path / "tuned", tune_size=10)
+    assert "tune" not in without and plain["train_val"]["easy"] == {"train": 32, "val": 8}
+    assert tuned["train_val"]["easy"] == {"train": 22, "val": 8, "tune": 10}
+    assert ids["val"] == without["val"]  # choosing settings on a tuning split never moves the held-out problems
+    assert set(ids["tune"]) | set(ids["train"]) == set(without["train"])
+    assert not set(ids["tune"]) & set(ids["train"]) and not set(ids["tune"]) & set(ids["val"])
+    assert "| easy | 22 | 8 | 10 |" in (tmp_path / "tuned" / "report.md").read_text()
+
+
+def test_negative_tune_size_is_refused():
+    with pytest.raises(c.CurateError, match="--tune-size must be at least 0"):
+        c.CurateSettings(out=Path("x"), generate="basic_arithmetic", tune_size=-1).check()
 
 
 # --- the command ------------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ def test_per_data_source_keys_and_overall_is_mean_over_problems():
     out = metrics.validation_metrics(records, k=2)
     assert set(out) == {
         f"val/{m}@2{s}" for m in ("avg", "best", "worst") for s in ("", "/easy", "/hard")
-    }
+    } | {"val/avg@2_se"}
     assert out["val/avg@2/easy"] == pytest.approx((3 / 4 + 1 / 4) / 2)
     assert out["val/avg@2/hard"] == 0.0
     assert out["val/avg@2"] == pytest.approx((3 / 4 + 1 / 4 + 0) / 3)
@@ -199,3 +199,75 @@ def test_curation_training_and_validation_call_the_same_samples_correct(result):
     if not isinstance(result, dict) or result.get("acc") is None:
         assert curated == (score > 0.5)  # the format bonus 0.1 is not a correct answer, 1.1 is
     assert curated == metrics.is_correct(score, extra.get("reward_extra_info", {}).get("acc"))
+
+
+# --- noise: standard errors over problems, the paired change, and its wording --------------------------
+
+
+def test_validation_se_is_the_sample_std_of_per_problem_avg_over_sqrt_problems():
+    # per-problem avg@4: 1/4, 3/4, 1, 0 -> mean 1/2; sample variance (ddof 1) = (1/16+1/16+1/4+1/4)/3 = 5/24
+    acc = [[1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]]
+    records = [{"uid": f"p{p}", "data_source": "s", "acc": a} for p, row in enumerate(acc) for a in row]
+    out = metrics.validation_metrics(records)
+    assert out["val/avg@4"] == 0.5
+    assert out["val/avg@4_se"] == pytest.approx((5 / 24) ** 0.5 / 2)
+
+
+def test_se_of_one_problem_is_nan_not_zero():
+    assert np.isnan(metrics.stderr_over_problems([0.5]))
+    assert np.isnan(metrics.validation_metrics([{"uid": "a", "data_source": "s", "acc": 1}])["val/avg@1_se"])
+
+
+def test_paired_change_cancels_problem_difficulty():
+    # Every problem improves by exactly 1/4: the paired SE is 0 although the problems differ widely.
+    before = {"a": 0.0, "b": 0.5, "c": 0.75}
+    after = {"a": 0.25, "b": 0.75, "c": 1.0}
+    change = metrics.paired_change(before, after)
+    assert change.problems == 3
+    assert change.change == pytest.approx(0.25) and change.change_se == 0.0
+    assert change.before_se == pytest.approx(metrics.stderr_over_problems([0, 0.5, 0.75]))
+    assert change.z == np.inf
+    assert "up by inf SE" in metrics.describe_change(change)
+
+
+def test_paired_change_by_hand_and_only_shared_problems():
+    # differences 0.25, -0.25, 0.5, 0 (problem "x" is in one validation only and is left out):
+    # mean 1/8; sample variance = (1/64 + 9/64 + 9/64 + 1/64)/3 = 5/48; SE = sqrt(5/48)/2 = 0.1614
+    before = {"a": 0.25, "b": 0.5, "c": 0.25, "d": 0.5, "x": 1.0}
+    after = {"a": 0.5, "b": 0.25, "c": 0.75, "d": 0.5}
+    change = metrics.paired_change(before, after)
+    assert change.problems == 4
+    assert change.before == pytest.approx(0.375) and change.after == pytest.approx(0.5)
+    assert change.change == pytest.approx(0.125)
+    assert change.change_se == pytest.approx((5 / 48) ** 0.5 / 2)
+    assert change.z == pytest.approx(0.125 / ((5 / 48) ** 0.5 / 2))  # 0.77 SE
+    text = metrics.describe_change(change)
+    assert text.startswith("+0.125 ± 0.161 (paired SE over 4 problems)")
+    assert "within noise" in text
+
+
+@pytest.mark.parametrize(("diffs", "words"), [
+    # mean 0.3, sample std sqrt(0.04 / 3) = 0.1155 over 4 problems -> SE 0.0577, z = 5.2
+    ([0.2, 0.4, 0.2, 0.4], "up by 5.2 SE, more than noise"),
+    ([-0.2, -0.4, -0.2, -0.4], "down by 5.2 SE, more than noise"),
+    # mean 0.05, SE 0.0289 -> z = 1.73 < 2
+    ([0.0, 0.1, 0.0, 0.1], "within noise"),
+])
+def test_describe_change_wording(diffs, words):
+    change = metrics.paired_change({i: 0.0 for i in range(4)}, dict(enumerate(diffs)))
+    assert words in metrics.describe_change(change)
+
+
+def test_describe_change_two_se_is_the_line():
+    # z exactly at the threshold counts as more than noise; just below it does not
+    change = metrics.ValidationChange(problems=64, before=0.4, before_se=0.03, after=0.5, after_se=0.03,
+                                      change=0.1, change_se=0.05)
+    assert change.z == 2.0 and "up by 2.0 SE" in metrics.describe_change(change)
+    assert "within noise" in metrics.describe_change(change, noise_z=2.5)
+    nothing = metrics.ValidationChange(64, 0.4, 0.03, 0.4, 0.03, 0.0, 0.0)
+    assert nothing.z == 0.0 and "within noise" in metrics.describe_change(nothing)
+
+
+def test_paired_change_needs_shared_problems():
+    with pytest.raises(ValueError, match="share no problem"):
+        metrics.paired_change({"a": 1.0}, {"b": 0.0})

@@ -4,7 +4,7 @@ For every problem (verl parquet files, or a built-in reasoning-gym generator) k 
 (default 16 at temperature 0.6) through verl's rollout servers (--rollout: the recipe's backend, hf on
 CPU recipes, vllm on GPUs) and scored with the recipe's reward. Writes into --out: difficulty.parquet
 (per problem: k, correct, avg@k, pass@k), splits/{easy,hard,extremely_hard,very_easy}.parquet,
-mixtures/{hard_only,dual,tri}.parquet, sets/<set>/{train,val}.parquet, difficulty.png, report.md,
+mixtures/{hard_only,dual,tri}.parquet, sets/<set>/{train,val}.parquet (and tune.parquet with --tune-size), difficulty.png, report.md,
 spend.json (the rollouts spent). Samples are cached per problem (samples.jsonl): rerun the same command
 to resume an interrupted curation, or to re-cut the sets with other thresholds without sampling again.
 --keep-correct keeps the correct responses as PrefixRL traces (traces.jsonl.gz) and --pass-k K samples
@@ -73,6 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--val-size", type=int, default=c.DEFAULT_VAL_SIZE, help="validation problems per set (default %(default)s)")
     parser.add_argument("--max-val-fraction", type=float, default=c.DEFAULT_MAX_VAL_FRACTION,
                         help="at most this share of a set is held out (default %(default)s)")
+    parser.add_argument("--tune-size", type=int, default=0,
+                        help="also hold out this many of each set's training problems as sets/<set>/tune.parquet, to choose "
+                             "settings on without touching the validation problems (default %(default)s: none)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generator, mixtures and splits (default %(default)s)")
     parser.add_argument("--concurrency", type=int, default=64, help="problems in flight at once (default %(default)s)")
     parser.add_argument("--ray-address", default=None, metavar="ADDR",
@@ -110,7 +113,7 @@ def settings_from_args(args: argparse.Namespace):
         max_response_length=args.max_response_length,
         thresholds=c.Thresholds(args.easy, args.hard, args.very_easy, args.extremely_hard_max_pass),
         mixture_size=args.mixture_size, sets=tuple(s.strip() for s in args.sets.split(",") if s.strip()),
-        val_size=args.val_size, max_val_fraction=args.max_val_fraction, seed=args.seed,
+        val_size=args.val_size, max_val_fraction=args.max_val_fraction, tune_size=args.tune_size, seed=args.seed,
         concurrency=args.concurrency, ray_address=args.ray_address, check_answers=not args.no_answer_check,
         restart=args.restart, keep_correct=args.keep_correct, pass_k=args.pass_k,
         resample_untraced=args.resample_untraced, overrides=tuple(args.overrides),

@@ -5,6 +5,13 @@ arithmetic problem set, and trains for a few steps with validation before and af
 ``cpu_demo`` recipe and verl's own trainer (Ray, FSDP2, our hf rollout). A progress bar follows the
 steps; verl's full output goes to ``<run dir>/verl.log``. Extra ``key=value`` arguments are verl-style
 overrides of the recipe, exactly as for ``python -m verl_isocompute.main --config-name cpu_demo``.
+
+What it shows: the whole pipeline running on a CPU (rollout, reward, GRPO update, weight sync,
+validation). What it does not show: learning. Four steps of 32 rollouts barely move a 135M model, and 8
+validation problems x 4 samples measure avg@4 to about +-0.04: the summary prints each validation with its
+standard error over problems, the paired change from before to after with its standard error (and says
+when it is within noise), and the training reward per step with its trend. A run that does learn, with
+the numbers and the command that reproduces it, is in docs/EVIDENCE.md.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from verl_isocompute.runlog import (
     JsonlError,
     read_jsonl,
 )
-from verl_isocompute.training import progress
+from verl_isocompute.training import metrics, progress
 from verl_isocompute.workflow import launch
 
 
@@ -53,28 +60,125 @@ def _val_reward(data: dict) -> float | None:
     return None
 
 
+def _per_problem_avg(dump: Path, k: int | None) -> dict[str, float]:
+    """avg@k per problem (keyed by its prompt) from verl's validation dump ``<step>.jsonl``; samples that
+    never came back count as wrong, as in the run's own metrics (k: the samples requested per problem)."""
+    correct: dict[str, list[bool]] = {}
+    for row in _metric_rows(dump):
+        acc = row.get("acc", row.get("score", 0) > 0.5)
+        correct.setdefault(str(row.get("input")), []).append(bool(acc))
+    per = k or max((len(v) for v in correct.values()), default=1)
+    return {prompt: sum(hits) / per for prompt, hits in correct.items()}
+
+
+def validation_change(run_dir: Path, k: int | None = None) -> metrics.ValidationChange | None:
+    """The first (before training) and last validation of the run, paired by problem, from verl's dumps in
+    ``<run dir>/validation/`` (None without a step-0 and a later validation)."""
+    dumps = {}
+    for path in (run_dir / "validation").glob("*.jsonl"):
+        if path.stem.isdigit():
+            dumps[int(path.stem)] = path
+    if 0 not in dumps or max(dumps) == 0:
+        return None
+    try:
+        return metrics.paired_change(_per_problem_avg(dumps[0], k), _per_problem_avg(dumps[max(dumps)], k))
+    except ValueError:
+        return None
+
+
+def reward_trend(rewards: list[float]) -> dict | None:
+    """Least-squares slope of the training reward per step, with its standard error (scipy's linregress);
+    None with fewer than 3 steps. Each step's reward is a mean over that step's rollouts of other problems,
+    so the points are noisy: the slope's SE says how much of the trend is noise."""
+    if len(rewards) < 3:
+        return None
+    from scipy.stats import linregress
+
+    fit = linregress(range(1, len(rewards) + 1), rewards)
+    return {"slope": float(fit.slope), "slope_se": float(fit.stderr)}
+
+
+def describe_trend(trend: dict | None, noise_z: float = metrics.NOISE_Z) -> str:
+    """The training-reward trend in words, with the same noise rule as the validation change."""
+    if trend is None:
+        return "too few steps for a trend"
+    slope, se = trend["slope"], trend["slope_se"]
+    size = f"{slope:+.3f}".replace("-0.000", "+0.000") + f" ± {se:.3f} per step"
+    if se > 0 and abs(slope) < noise_z * se or slope == 0:
+        return f"{size}: flat within noise"
+    return f"{size}: {'rising' if slope > 0 else 'falling'}"
+
+
 def summarize(run_dir: Path, wall_s: float) -> dict:
-    """Steps, rollouts, validation reward before/after, from the run's metric files."""
+    """Steps, rollouts, validation avg@k before/after with standard errors and the paired change, and the
+    training reward per step with its trend, from the run's files."""
     rows = _metric_rows(run_dir / VERL_METRICS)
     train = [r for r in rows if "timing_s/step" in r["data"]]
     vals = [(r["step"], _val_reward(r["data"])) for r in rows if _val_reward(r["data"]) is not None]
     run_log = _metric_rows(run_dir / RUN_LOG)
     rollouts = next((r["rollouts"] for r in reversed(run_log) if "rollouts" in r), None)
-    if rollouts is None:
-        cfg = run_dir / ".hydra" / "config.yaml"
-        if cfg.is_file() and train:
-            from omegaconf import OmegaConf
+    cfg_path = run_dir / ".hydra" / "config.yaml"
+    cfg = None
+    if cfg_path.is_file():
+        from omegaconf import OmegaConf
 
-            c = OmegaConf.load(cfg)
-            rollouts = len(train) * int(c.data.train_batch_size) * int(c.actor_rollout_ref.rollout.n)
-    return {
+        cfg = OmegaConf.load(cfg_path)
+    if rollouts is None and cfg is not None and train:
+        rollouts = len(train) * int(cfg.data.train_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
+    k = int(cfg.actor_rollout_ref.rollout.val_kwargs.n) if cfg is not None else None
+    change = validation_change(run_dir, k)
+    rewards = [float(r["data"]["critic/score/mean"]) for r in train if "critic/score/mean" in r["data"]]
+    trend = reward_trend(rewards)
+    summary = {
         "steps": len(train),
         "rollouts": rollouts,
         "val_before": vals[0][1] if vals and vals[0][0] == 0 else None,
         "val_after": vals[-1][1] if vals and vals[-1][0] > 0 else None,
+        "val_k": k,
+        "val_problems": change.problems if change else None,
+        "val_before_se": change.before_se if change else None,
+        "val_after_se": change.after_se if change else None,
+        "val_change": change.change if change else None,
+        "val_change_se": change.change_se if change else None,
+        "val_verdict": metrics.describe_change(change) if change else None,
+        "train_reward": rewards,
+        "train_reward_trend": trend,
+        "train_reward_verdict": describe_trend(trend),
         "wall_s": round(wall_s, 1),
         "run_dir": str(run_dir),
     }
+    return summary
+
+
+def format_summary(summary: dict) -> str:
+    """What the demo prints at the end: the run, the validation with its noise, the reward trend, and what
+    a few steps can and cannot show."""
+
+    def fmt(x, se=None):
+        if x is None:
+            return "n/a"
+        return f"{x:.3f}" if se is None or se != se else f"{x:.3f} ± {se:.3f}"
+
+    k = summary.get("val_k") or "k"
+    problems = summary.get("val_problems")
+    lines = [
+        f"steps: {summary['steps']}   rollouts: {summary['rollouts']}   wall time: {summary['wall_s']:.0f} s",
+        f"validation avg@{k}" + (f" ({problems} problems x {k} samples, ± standard error over problems)" if problems else "")
+        + f": {fmt(summary['val_before'], summary.get('val_before_se'))} -> "
+          f"{fmt(summary['val_after'], summary.get('val_after_se'))}",
+    ]
+    if summary.get("val_verdict"):
+        lines.append(f"  change: {summary['val_verdict']}")
+    rewards = summary.get("train_reward") or []
+    if rewards:
+        lines.append(f"training reward by step: {' '.join(f'{r:.2f}' for r in rewards)}   "
+                     f"trend: {summary['train_reward_verdict']}")
+    lines.append(
+        "  (the demo shows the whole pipeline running; a few steps on a 135M model are not expected to move "
+        "validation beyond noise: for a run that learns, see docs/EVIDENCE.md)"
+    )
+    lines.append(f"run files: {summary['run_dir']}")
+    return "\n".join(lines)
 
 
 def run(args) -> int:
@@ -181,12 +285,5 @@ def run(args) -> int:
     summary = summarize(run_dir, time.perf_counter() - started)
     (run_dir / "demo_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
-    def fmt(x):
-        return "n/a" if x is None else f"{x:.3f}"
-
-    print(
-        f"\nsteps: {summary['steps']}   rollouts: {summary['rollouts']}   "
-        f"validation reward: {fmt(summary['val_before'])} -> {fmt(summary['val_after'])}   "
-        f"wall time: {summary['wall_s']:.0f} s\nrun files: {run_dir}"
-    )
+    print("\n" + format_summary(summary))
     return 0

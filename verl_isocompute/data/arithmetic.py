@@ -4,6 +4,13 @@ Problems come from reasoning-gym's ``basic_arithmetic`` generator (seeded, verif
 has verl's columns: ``data_source``, ``prompt`` (chat messages), ``ability``, ``reward_model``
 (``{"style": "rule", "ground_truth": ...}``) and ``extra_info``. The instruction asks for the final
 answer in ``\\boxed{}``, which our math-verify reward extracts.
+
+Two prompt styles. ``instruction`` (the demo's): the problem and the instruction. ``worked_example``: the
+same, after one solved problem of the same kind as an earlier chat turn (a one-shot prompt). SmolLM2-135M
+mostly answers the first style with a bare ``4 + 3 = 7`` and no box, which the reward cannot read, so its
+score measures the answer format more than the arithmetic; with the example it writes the box (the
+evidence runs of docs/EVIDENCE.md use it). The example is fixed and never one of the generated problems'
+answers' source: it is part of the prompt, like the instruction.
 """
 
 from __future__ import annotations
@@ -16,6 +23,9 @@ from verl_isocompute import atomic
 
 DATA_SOURCE = "isocompute/arithmetic"
 INSTRUCTION = "Solve the problem. Put the final answer in \\boxed{}."
+PROMPT_STYLES = ("instruction", "worked_example")
+# The one solved problem the worked_example style shows first (question, answer turn).
+WORKED_EXAMPLE = ("Calculate 7 - 2.", "7 - 2 = 5. The answer is \\boxed{5}.")
 
 
 @dataclass(frozen=True)
@@ -29,35 +39,63 @@ class ArithmeticSpec:
     max_terms: int = 2
     min_digits: int = 1
     max_digits: int = 1
+    operators: str = "+-*/"  # reasoning-gym's default: all four
+    # reasoning-gym's switch between its two generators: True draws signed operands and may bracket or
+    # negate them ("( -9 - 8 )", "2 - -1"); False gives plain "a + b" with operands in 0..10**digits
+    allow_parentheses: bool = True
+    prompt: str = "instruction"  # one of PROMPT_STYLES
+
+    def __post_init__(self) -> None:
+        if self.prompt not in PROMPT_STYLES:
+            raise ValueError(f"isocompute.data.prompt={self.prompt!r}: use one of {', '.join(PROMPT_STYLES)}")
+        if not self.operators or set(self.operators) - set("+-*/"):
+            raise ValueError(f"isocompute.data.operators={self.operators!r}: use some of + - * /")
 
     @property
     def name(self) -> str:
+        extra = ""  # the demo's default set keeps the name (and the cached files) it always had
+        if (self.operators, self.allow_parentheses, self.prompt) != ("+-*/", True, "instruction"):
+            ops = "".join({"+": "a", "-": "s", "*": "m", "/": "d"}[o] for o in self.operators)
+            extra = f"-o{ops}-p{int(self.allow_parentheses)}-{self.prompt}"
         return (
             f"arith-s{self.seed}-t{self.min_terms}{self.max_terms}-d{self.min_digits}{self.max_digits}"
-            f"-{self.train_size}-{self.val_size}"
+            f"-{self.train_size}-{self.val_size}{extra}"
         )
 
 
-def _problems(spec: ArithmeticSpec) -> list[dict]:
+def _problems(spec: ArithmeticSpec, size: int | None = None) -> list[dict]:
     import reasoning_gym
 
     dataset = reasoning_gym.create_dataset(
         "basic_arithmetic",
-        size=spec.train_size + spec.val_size,
+        size=size or spec.train_size + spec.val_size,
         seed=spec.seed,
         min_terms=spec.min_terms,
         max_terms=spec.max_terms,
         min_digits=spec.min_digits,
         max_digits=spec.max_digits,
+        operators=tuple(spec.operators),
+        allow_parentheses=spec.allow_parentheses,
     )
     return [{"question": item["question"], "answer": str(item["answer"])} for item in dataset]
 
 
-def to_verl_row(question: str, answer: str, split: str, index: int, data_source: str = DATA_SOURCE) -> dict:
+def chat_prompt(question: str, style: str = "instruction") -> list[dict]:
+    """The chat messages of one problem in a prompt style (:data:`PROMPT_STYLES`)."""
+    turns = []
+    if style == "worked_example":
+        example_question, example_answer = WORKED_EXAMPLE
+        turns = [{"role": "user", "content": f"{example_question} {INSTRUCTION}"},
+                 {"role": "assistant", "content": example_answer}]
+    return [*turns, {"role": "user", "content": f"{question} {INSTRUCTION}"}]
+
+
+def to_verl_row(question: str, answer: str, split: str, index: int, data_source: str = DATA_SOURCE,
+                prompt: str = "instruction") -> dict:
     """One problem as a verl RL-dataset row."""
     return {
         "data_source": data_source,
-        "prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"}],
+        "prompt": chat_prompt(question, prompt),
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": answer},
         "extra_info": {"split": split, "index": index, "question": question, "answer": answer},
@@ -74,14 +112,31 @@ def write_arithmetic_dataset(out_dir: Path, spec: ArithmeticSpec = ArithmeticSpe
         return train, val
     out_dir.mkdir(parents=True, exist_ok=True)
     problems = _problems(spec)
-    rows_val = [to_verl_row(p["question"], p["answer"], "val", i) for i, p in enumerate(problems[: spec.val_size])]
+    rows_val = [
+        to_verl_row(p["question"], p["answer"], "val", i, prompt=spec.prompt) for i, p in enumerate(problems[: spec.val_size])
+    ]
     rows_train = [
-        to_verl_row(p["question"], p["answer"], "train", i) for i, p in enumerate(problems[spec.val_size :])
+        to_verl_row(p["question"], p["answer"], "train", i, prompt=spec.prompt)
+        for i, p in enumerate(problems[spec.val_size :])
     ]
     for rows, path in ((rows_train, train), (rows_val, val)):
         with atomic.replacing(path) as tmp:
             pd.DataFrame(rows).to_parquet(tmp, index=False)
     return train, val
+
+
+def write_problems(path: Path, spec: ArithmeticSpec, size: int) -> Path:
+    """``size`` generated problems in one verl parquet file, for ``isocompute curate --data`` (reused when there)."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = [to_verl_row(p["question"], p["answer"], "curate", i, prompt=spec.prompt)
+                for i, p in enumerate(_problems(spec, size))]
+        with atomic.replacing(path) as tmp:
+            pd.DataFrame(rows).to_parquet(tmp, index=False)
+    return path
 
 
 def tokenizer_corpus(size: int = 4000, seed: int = 0) -> list[str]:

@@ -30,11 +30,20 @@ Training diagnostics (section 6): the distribution of per-problem pass rates wit
 whether progress is uniform or rich-get-richer (interference between problems), and epochs are
 steps * b_problem / D. Compute that verl sampled and then discarded (a group with a failed rollout is
 evicted and replaced by a new prompt) is counted by :func:`evicted_groups`.
+
+Noise. A validation mean over P problems is itself an estimate: its standard error over problems,
+``std(per-problem avg@k) / sqrt(P)`` (:func:`stderr_over_problems`), counts both the spread of difficulty
+and the k-sample binomial noise of each problem. Two validations of the *same* problems (before and after
+training) are compared by the mean of the per-problem differences and *its* standard error, the paired
+one (:func:`paired_change`): problem difficulty cancels, so it is smaller than the two SEs combined. A
+change within two standard errors is not evidence of anything (:func:`describe_change`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -174,7 +183,8 @@ def validation_metrics(records: Records, k: int | None = None, prefix: str = "va
 
     Returns:
         ``{f"{prefix}/avg@{k}": .., f"{prefix}/best@{k}": .., f"{prefix}/worst@{k}": ..}`` (means over all
-        problems) plus the same three per data source under ``.../<data_source>``.
+        problems) plus the same three per data source under ``.../<data_source>``, and the standard error
+        of the overall avg@k over problems, ``f"{prefix}/avg@{k}_se"`` (NaN with one problem).
     """
     problems = _per_problem(records, ["data_source", "uid", "acc"])
     if problems.empty:
@@ -201,9 +211,71 @@ def validation_metrics(records: Records, k: int | None = None, prefix: str = "va
         return {f"{prefix}/{name}@{k}{suffix}": float(frame[name].mean()) for name in ("avg", "best", "worst")}
 
     metrics = means(problems, "")
+    metrics[f"{prefix}/avg@{k}_se"] = stderr_over_problems(problems["avg"])
     for source, frame in problems.groupby("data_source", sort=True, dropna=False):
         metrics.update(means(frame, f"/{source}"))
     return metrics
+
+
+def stderr_over_problems(per_problem: Iterable[float]) -> float:
+    """Standard error of a mean over problems: sample std (ddof 1) / sqrt(P); NaN for fewer than 2 problems."""
+    values = np.asarray(list(per_problem), dtype=float)
+    if values.size < 2:
+        return float("nan")
+    return float(values.std(ddof=1) / np.sqrt(values.size))
+
+
+@dataclass(frozen=True)
+class ValidationChange:
+    """Two validations of the same problems: their means, SEs, and the paired difference with its SE."""
+
+    problems: int
+    before: float
+    before_se: float
+    after: float
+    after_se: float
+    change: float
+    change_se: float
+
+    @property
+    def z(self) -> float:
+        """The change in standard errors (inf when the SE is 0 and the change is not)."""
+        if self.change_se > 0:
+            return self.change / self.change_se
+        return 0.0 if self.change == 0 else math.copysign(math.inf, self.change)
+
+
+def paired_change(before: Mapping[Any, float], after: Mapping[Any, float]) -> ValidationChange:
+    """Per-problem avg@k before and after (keyed by problem): means, SEs and the paired change.
+
+    Only problems in both are compared (the same held-out set validated twice); the change's SE is the
+    SE of the per-problem differences, which cancels the spread of difficulty between problems.
+    """
+    common = [key for key in before if key in after]
+    if not common:
+        raise ValueError("the two validations share no problem: compare validations of the same problem set")
+    b = np.array([float(before[key]) for key in common])
+    a = np.array([float(after[key]) for key in common])
+    return ValidationChange(
+        problems=len(common), before=float(b.mean()), before_se=stderr_over_problems(b),
+        after=float(a.mean()), after_se=stderr_over_problems(a),
+        change=float((a - b).mean()), change_se=stderr_over_problems(a - b),
+    )
+
+
+NOISE_Z = 2.0  # |change| below two standard errors: what sampling alone often gives (about 1 in 20 at 2 SE)
+
+
+def describe_change(change: ValidationChange, noise_z: float = NOISE_Z) -> str:
+    """The change in words: within noise below ``noise_z`` standard errors, else up / down by z SE."""
+    z = change.z
+    size = f"{change.change:+.3f} ± {change.change_se:.3f} (paired SE over {change.problems} problems)"
+    if math.isnan(z):
+        return f"{size}: too few problems to tell noise from change"
+    if abs(z) < noise_z:
+        return f"{size}: within noise (|change| < {noise_z:g} SE); this run shows no measurable change"
+    direction = "up" if z > 0 else "down"
+    return f"{size}: {direction} by {abs(z):.1f} SE, more than noise"
 
 
 def pass_rate_histogram(records: Records, bins: int = 10) -> dict[str, Any]:

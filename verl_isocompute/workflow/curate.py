@@ -16,7 +16,8 @@ A mixture draws without replacement and never takes a problem twice (pools that 
 boundary give it to the first component); if a pool is too small for the target, the whole mixture
 shrinks so the proportions still hold, and the report names the limiting pool. Each set is then split
 into train and validation problems (disjoint; the paper holds out 300, fewer for small sets: at most
-``max_val_fraction`` of the set).
+``max_val_fraction`` of the set), and optionally a tuning split taken from the training problems
+(``tune_size``): settings are chosen on it and on training reward, never on the validation problems.
 
 This module holds the curation as a library: :class:`CurateSettings` (every choice, checked by
 :meth:`CurateSettings.check` before anything starts) and :func:`curate` (the whole pipeline, callable from
@@ -498,9 +499,10 @@ def write_outputs(
     val_size: int = DEFAULT_VAL_SIZE,
     max_val_fraction: float = DEFAULT_MAX_VAL_FRACTION,
     seed: int = 0,
+    tune_size: int = 0,
     traces: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write difficulty.parquet, splits/, mixtures/, sets/<set>/{train,val}.parquet, difficulty.png, report.md.
+    """Write difficulty.parquet, splits/, mixtures/, sets/<set>/{train,val[,tune]}.parquet, difficulty.png, report.md.
 
     Returns a summary (sizes per split, mixture and train/val set; ``traces``: what :func:`trace_counts`
     says, with --keep-correct) that the report also shows.
@@ -516,15 +518,21 @@ def write_outputs(
         _write_parquet_atomic(rows.loc[ids].reset_index(drop=True), out_dir / "splits" / f"{name}.parquet")
     for name, mixture in mixtures.items():
         _write_parquet_atomic(rows.loc[mixture.ids].reset_index(drop=True), out_dir / "mixtures" / f"{name}.parquet")
-    train_val: dict[str, tuple[int, int] | None] = {}
+    train_val: dict[str, tuple[int, int, int] | None] = {}
     for name in sets:
         train, val = train_val_split(members[name], val_size, max_val_fraction, seed)
+        # the tuning split comes out of the (already shuffled) training problems, so the validation
+        # problems are the same with or without one
+        n_tune = min(tune_size, len(train) - 1) if train else 0
+        tune, train = train[:n_tune], train[n_tune:]
         if not train:
             train_val[name] = None
             continue
         _write_parquet_atomic(rows.loc[train].reset_index(drop=True), out_dir / "sets" / name / "train.parquet")
         _write_parquet_atomic(rows.loc[val].reset_index(drop=True), out_dir / "sets" / name / "val.parquet")
-        train_val[name] = (len(train), len(val))
+        if tune:
+            _write_parquet_atomic(rows.loc[tune].reset_index(drop=True), out_dir / "sets" / name / "tune.parquet")
+        train_val[name] = (len(train), len(val), len(tune))
     plot_difficulty(difficulty, thresholds, k, out_dir / "difficulty.png")
     _write_parquet_atomic(skipped, out_dir / "skipped.parquet")
     summary = {
@@ -532,7 +540,8 @@ def write_outputs(
         "skipped_by_reason": skipped["reason"].value_counts().to_dict() if len(skipped) else {},
         "splits": {name: len(ids) for name, ids in splits.items()},
         "mixtures": {name: {"size": len(m.ids), "counts": m.counts, "note": m.note} for name, m in mixtures.items()},
-        "train_val": {name: (None if tv is None else {"train": tv[0], "val": tv[1]}) for name, tv in train_val.items()},
+        "train_val": {name: (None if tv is None else {"train": tv[0], "val": tv[1], **({"tune": tv[2]} if tv[2] else {})})
+                      for name, tv in train_val.items()},
         "mean_avg_at_k": float(difficulty["avg@k"].mean()) if len(difficulty) else None,
         "thresholds": asdict(thresholds),
         "traces": traces,
@@ -575,12 +584,14 @@ def render_report(summary: dict[str, Any], settings: dict[str, Any], skipped: pd
     for name, m in summary["mixtures"].items():
         comp = " + ".join(f"{v} {c}" for c, v in m["counts"].items())
         lines.append(f"| {name} | {comp} | {m['size']} | {m['note']} |")
-    lines += ["", "## Train / validation", "", "| set | train | val |", "|---|---|---|"]
+    tuned = any(tv and "tune" in tv for tv in summary["train_val"].values())
+    lines += ["", "## Train / validation", "", "| set | train | val |" + (" tune |" if tuned else ""),
+              "|---|---|---|" + ("---|" if tuned else "")]
     for name, tv in summary["train_val"].items():
         if tv is None:
-            lines.append(f"| {name} | not written: fewer than 2 problems | - |")
+            lines.append(f"| {name} | not written: fewer than 2 problems | - |" + (" - |" if tuned else ""))
         else:
-            lines.append(f"| {name} | {tv['train']} | {tv['val']} |")
+            lines.append(f"| {name} | {tv['train']} | {tv['val']} |" + (f" {tv.get('tune', 0)} |" if tuned else ""))
     lines += ["", "## Skipped problems", ""]
     if not len(skipped):
         lines.append("None.")
@@ -638,6 +649,7 @@ class CurateSettings:
     sets: tuple[str, ...] = SETS
     val_size: int = DEFAULT_VAL_SIZE
     max_val_fraction: float = DEFAULT_MAX_VAL_FRACTION
+    tune_size: int = 0  # tuning problems per set, taken from its training problems (sets/<set>/tune.parquet)
     seed: int = 0
     concurrency: int = 64
     ray_address: str | None = None
@@ -662,6 +674,8 @@ class CurateSettings:
                             ("--concurrency", self.concurrency), ("--size", self.size)):
             if value < 1:
                 raise CurateError(f"{flag} must be at least 1, got {value}")
+        if self.tune_size < 0:
+            raise CurateError(f"--tune-size must be at least 0 (0 = no tuning split), got {self.tune_size}")
         if not 0 < self.max_val_fraction < 1:
             raise CurateError(f"--max-val-fraction must be in (0, 1), got {self.max_val_fraction}")
         if not (math.isfinite(self.temperature) and self.temperature > 0):
@@ -822,7 +836,7 @@ def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progr
     return write_outputs(
         out, problems, difficulty, skipped, {**cached_with, "source": source, "dtype": sampling_dtype(cfg)}, settings.thresholds,
         mixture_size=settings.mixture_size, sets=settings.sets, val_size=settings.val_size,
-        max_val_fraction=settings.max_val_fraction, seed=settings.seed, traces=traces,
+        max_val_fraction=settings.max_val_fraction, seed=settings.seed, tune_size=settings.tune_size, traces=traces,
     )
 
 

@@ -1,0 +1,252 @@
+"""Does the healthy recipe make SmolLM2-135M-Instruct better on a CPU? Curate an Easy set, train, measure.
+
+The evidence for docs/EVIDENCE.md, section 1, in one command, in three stages (each resumable; run them one
+after the other, or all at once):
+
+1. ``curate``: problems from :mod:`verl_isocompute.data.arithmetic` (the prompt shows one worked example
+   so that SmolLM2 answers in ``\\boxed{}``), then ``isocompute curate`` measures each one's avg@16 with
+   SmolLM2 at temperature 0.6 and cuts the Easy set (avg@16 in [0.3, 0.6]) into train, a tuning split
+   and a held-out validation split.
+2. ``train``: ``python -m verl_isocompute.main`` with the ``isocompute_hard`` recipe on our CPU platform
+   (``+platform=cpu``): the healthy recipe with KL and entropy off (see EVIDENCE.md for why), validating
+   on the held-out split (or, with ``--split tune``, on the tuning split: settings are chosen there and on
+   training reward, never on the validation problems) x 4 samples before training and every
+   ``--test-freq`` steps.
+3. ``report``: from the run's files, validation avg@4 with its standard error over problems at every
+   validation, the paired change from before to after training (SE of the per-problem differences), the
+   training reward against rollouts C, the wall time, and a figure (``learning.png``).
+
+    flock /tmp/heavy.lock python benchmarks/bench_learning.py --stage curate
+    flock /tmp/heavy.lock python benchmarks/bench_learning.py --stage train
+    python benchmarks/bench_learning.py --stage report
+
+Defaults are the settings EVIDENCE.md reports; every one is a flag. Extra ``key=value`` arguments are
+verl-style overrides of the training run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stage", choices=("all", "curate", "train", "report"), default="all")
+    parser.add_argument("--out", type=Path, default=Path("runs/learning"), help="where everything goes (default %(default)s)")
+    # curation
+    parser.add_argument("--size", type=int, default=600, help="generated problems to curate (default %(default)s)")
+    parser.add_argument("--max-digits", type=int, default=1, help="digits per operand, 1..max (default %(default)s)")
+    parser.add_argument("--operators", default="+-", help="operators of the generated problems (default %(default)s)")
+    parser.add_argument("--parentheses", action="store_true",
+                        help="reasoning-gym's signed, bracketed operands (default: plain a + b with operands 0..10**digits)")
+    parser.add_argument("--k", type=int, default=16, help="samples per problem in curation (default %(default)s, the paper's)")
+    parser.add_argument("--val-size", type=int, default=128, help="held-out validation problems (default %(default)s)")
+    parser.add_argument("--tune-size", type=int, default=64, help="tuning problems (default %(default)s)")
+    # training
+    parser.add_argument("--run", default=None, help="run name under --out (default: train-<split>)")
+    parser.add_argument("--split", choices=("val", "tune"), default="val", help="validate on the held-out split or the tuning split")
+    parser.add_argument("--recipe", default="isocompute_hard")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--b-problem", type=int, default=8)
+    parser.add_argument("--n", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--test-freq", type=int, default=6)
+    parser.add_argument("--base-lr", type=float, default=1e-5, help="the LR rule's base rate (lr = base_lr * sqrt(B / 1024))")
+    parser.add_argument("--warmup-steps", type=int, default=2)
+    parser.add_argument("--max-response-length", type=int, default=48)
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+
+
+# --- stages -----------------------------------------------------------------------------------------
+
+
+def curate(args) -> Path:
+    """Generate the problems and run ``isocompute curate`` on them (its sample cache makes a rerun resume)."""
+    from verl_isocompute.data.arithmetic import ArithmeticSpec, write_problems
+
+    out = args.out / "curated"
+    spec = ArithmeticSpec(max_digits=args.max_digits, operators=args.operators, allow_parentheses=args.parentheses,
+                          prompt="worked_example")
+    problems = write_problems(args.out / "problems.parquet", spec, size=args.size)
+    cmd = [sys.executable, "-m", "verl_isocompute.commands.cli", "curate", "--data", str(problems), "--out", str(out),
+           "--model", "smollm2", "--k", str(args.k), "--sets", "easy", "--val-size", str(args.val_size),
+           "--tune-size", str(args.tune_size), "--max-val-fraction", "0.5", "--concurrency", "4",
+           "--max-response-length", str(args.max_response_length), f"isocompute.cpu.dtype={args.dtype}",
+           "data.max_prompt_length=160"]
+    print("$", " ".join(cmd), flush=True)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    print(f"curation: {time.perf_counter() - t0:.0f} s wall", flush=True)
+    print((out / "report.md").read_text())
+    return out
+
+
+def train(args) -> Path:
+    """One training run of the recipe, validated on ``--split``; writes ``learning_run.json`` (command, wall time)."""
+    sets = args.out / "curated" / "sets" / "easy"
+    run_dir = (args.out / (args.run or f"train-{args.split}")).absolute()
+    if (run_dir / "learning_run.json").is_file():
+        print(f"{run_dir} is already done (remove it to run again)")
+        return run_dir
+    cmd = [
+        sys.executable, "-m", "verl_isocompute.main", "--config-name", args.recipe, "+platform=cpu",
+        "isocompute.model=smollm2", f"isocompute.cpu.dtype={args.dtype}", "isocompute.reuse_rollout_log_probs=true",
+        f"data.train_files={(sets / 'train.parquet').absolute()}", f"data.val_files={(sets / f'{args.split}.parquet').absolute()}",
+        f"data.train_batch_size={args.b_problem}", f"actor_rollout_ref.rollout.n={args.n}",
+        f"data.max_response_length={args.max_response_length}", "data.max_prompt_length=160",
+        f"trainer.total_training_steps={args.steps}", f"trainer.test_freq={args.test_freq}", "trainer.total_epochs=100",
+        f"isocompute.lr.base_lr={args.base_lr}", f"isocompute.lr.warmup_steps={args.warmup_steps}",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+        f"isocompute.run_dir={run_dir}", f"trainer.experiment_name={run_dir.name}", *args.overrides,
+    ]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    print("$", " ".join(cmd), flush=True)
+    started = time.time()
+    with open(run_dir / "verl.log", "w") as log:
+        code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    wall = time.time() - started
+    if code != 0:
+        raise SystemExit(f"training failed ({code}): {run_dir / 'verl.log'}")
+    (run_dir / "learning_run.json").write_text(json.dumps({
+        "command": cmd, "wall_s": round(wall, 1), "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+        "machine": machine(), "dtype": args.dtype, "split": args.split,
+    }, indent=2) + "\n")
+    print(f"training: {wall:.0f} s wall", flush=True)
+    return run_dir
+
+
+def machine() -> dict:
+    """The CPU as the README names it: torch's capability, native bf16 flags, cores, load average."""
+    import os
+
+    import torch
+
+    from verl_isocompute.cpu.dtype import NATIVE_BF16_FLAGS, cpu_flags
+
+    flags = cpu_flags() or frozenset()
+    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "native_bf16": sorted(set(flags) & set(NATIVE_BF16_FLAGS)), "cores": os.cpu_count(),
+            "loadavg": os.getloadavg()}
+
+
+# --- the report ---------------------------------------------------------------------------------------
+
+
+def validation_points(run_dir: Path) -> list[dict]:
+    """Every validation of the run: step, rollouts C at that step, avg@k and its SE over problems."""
+    from verl_isocompute.commands.demo import _per_problem_avg
+    from verl_isocompute.runlog import RUN_LOG, read_run_log
+    from verl_isocompute.training import metrics
+
+    log = read_run_log(run_dir / RUN_LOG)
+    rollouts = {int(r["step"]): r["rollouts"] for _, r in log.rows}
+    k = int(log.header.get("val_n") or 4)
+    points = []
+    for path in sorted((run_dir / "validation").glob("*.jsonl"), key=lambda p: int(p.stem)):
+        per = _per_problem_avg(path, k)
+        step = int(path.stem)
+        points.append({"step": step, "rollouts": rollouts.get(step, 0), "problems": len(per),
+                       "avg": sum(per.values()) / len(per), "se": metrics.stderr_over_problems(per.values()),
+                       "per_problem": per})
+    return points
+
+
+def report(run_dir: Path) -> dict:
+    """Print and save (``learning_summary.json``, ``learning.png``) the figures of one run."""
+    from verl_isocompute.runlog import RUN_LOG, read_run_log
+    from verl_isocompute.training import metrics
+
+    log = read_run_log(run_dir / RUN_LOG)
+    train_rows = [r for _, r in log.rows if r["step"] > 0 and r.get("train/reward") is not None]
+    points = validation_points(run_dir)
+    change = metrics.paired_change(points[0]["per_problem"], points[-1]["per_problem"])
+    info = json.loads((run_dir / "learning_run.json").read_text()) if (run_dir / "learning_run.json").is_file() else {}
+    header = log.header
+    summary = {
+        "run_dir": str(run_dir), "recipe": header.get("recipe"), "n": header.get("n"), "b_problem": header.get("b_problem"),
+        "lr": header.get("lr"), "steps": len(train_rows), "rollouts": train_rows[-1]["rollouts"] if train_rows else 0,
+        "wall_s": info.get("wall_s"), "machine": info.get("machine"), "dtype": info.get("dtype"), "split": info.get("split"),
+        "validation": [{k: v for k, v in p.items() if k != "per_problem"} for p in points],
+        "change": {"before": change.before, "before_se": change.before_se, "after": change.after,
+                   "after_se": change.after_se, "change": change.change, "change_se": change.change_se,
+                   "z": change.z, "problems": change.problems, "words": metrics.describe_change(change)},
+        "train_reward": [{"step": r["step"], "rollouts": r["rollouts"], "reward": r["train/reward"]} for r in train_rows],
+    }
+    (run_dir / "learning_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    plot(summary, run_dir / "learning.png")
+    print(f"run: {run_dir}  recipe {summary['recipe']}, n={summary['n']}, B_problem={summary['b_problem']}, "
+          f"lr={summary['lr']:.3g}, dtype {summary['dtype']}, validated on the {summary['split']} split")
+    if summary["machine"]:
+        m = summary["machine"]
+        print(f"CPU: {m['cpu_capability']}, native bf16: {', '.join(m['native_bf16']) or 'none'}, {m['cores']} cores; "
+              f"wall time of the training run: {summary['wall_s']:.0f} s ({summary['wall_s'] / 60:.1f} min)")
+    print(f"\n{'step':>5}{'C (rollouts)':>14}{'avg@4':>8}{'SE':>8}{'problems':>10}")
+    for p in summary["validation"]:
+        print(f"{p['step']:>5}{p['rollouts']:>14}{p['avg']:>8.3f}{p['se']:>8.3f}{p['problems']:>10}")
+    print(f"\nbefore -> after: {change.before:.3f} ± {change.before_se:.3f} -> {change.after:.3f} ± {change.after_se:.3f}")
+    print(f"change: {metrics.describe_change(change)}")
+    rewards = [r["reward"] for r in summary["train_reward"]]
+    if rewards:
+        third = max(1, len(rewards) // 3)
+        print(f"training reward: first {third} steps {sum(rewards[:third]) / third:.3f}, "
+              f"last {third} steps {sum(rewards[-third:]) / third:.3f} ({len(rewards)} steps, {summary['rollouts']} rollouts)")
+    print(f"figure: {run_dir / 'learning.png'}")
+    return summary
+
+
+def plot(summary: dict, path: Path) -> None:
+    """Training reward against C (per step and a running mean), validation avg@4 with SE error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    train = summary["train_reward"]
+    if train:
+        c = np.array([r["rollouts"] for r in train])
+        reward = np.array([r["reward"] for r in train])
+        ax.plot(c, reward, color="#9ecae1", lw=1, marker=".", label="training reward (per step)")
+        window = min(5, len(reward))
+        smooth = np.convolve(reward, np.ones(window) / window, mode="valid")
+        ax.plot(c[window - 1:], smooth, color="#3182bd", lw=2, label=f"training reward ({window}-step mean)")
+    val = summary["validation"]
+    ax.errorbar([p["rollouts"] for p in val], [p["avg"] for p in val], yerr=[p["se"] for p in val], color="#d62728",
+                marker="o", capsize=3, lw=1.5, label=f"validation avg@4 ± SE ({val[0]['problems']} held-out problems)")
+    ax.set_xlabel("rollouts C")
+    ax.set_ylabel("reward (share correct)")
+    ch = summary["change"]
+    ax.set_title(f"SmolLM2-135M-Instruct, {summary['recipe']}, n={summary['n']}, B_problem={summary['b_problem']}: "
+                 f"{ch['change']:+.3f} ± {ch['change_se']:.3f} ({ch['z']:.1f} SE)", fontsize=9)
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.stage in ("all", "curate"):
+        curate(args)
+    run_dir = (args.out / (args.run or f"train-{args.split}")).absolute()
+    if args.stage in ("all", "train"):
+        run_dir = train(args)
+    if args.stage in ("all", "report"):
+        report(run_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""The real CPU pilot sweep as a regression fixture: fit its logs, and the tolerance of every figure.
+
+``tests/fixtures/real_pilot/`` holds the logs of a real ``isocompute sweep`` (run_examples/pilot_cpu.yaml:
+SmolLM2-135M-Instruct on a curated Easy set, one cell per n; docs/EVIDENCE.md) and ``expected.json``, the
+fit's figures recorded when the sweep ran, each with an interval. ``tests/test_real_pilot.py`` refits the
+logs and checks every figure against its interval.
+
+Where the intervals come from (a parametric bootstrap over the validation noise, not a hand-picked
+tolerance): every validation point of the sweep is a mean over the held-out problems, logged with its
+standard error over problems (``val/avg@4_se``). One resample redraws each point as
+reward + N(0, SE) (clipped to [0, 1]) and refits the whole pipeline; the interval of a figure is the 2.5 and
+97.5 percentiles over :data:`RESAMPLES` resamples. A change of the fit that moves a figure outside it moves
+the answer by more than the evaluation noise of the data: that is a real change of what the tool reports
+on these logs, and the test says which figure moved. To re-record after an intended change:
+``python tests/real_pilot.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+FIXTURE = Path(__file__).parent / "fixtures" / "real_pilot"
+EXPECTED = FIXTURE / "expected.json"
+RESAMPLES = 200
+SEED = 0
+
+
+def options():
+    """The fit options the sweep's plan used (recorded with the fixture)."""
+    from verl_isocompute.scaling.pipeline import FitOptions
+
+    return FitOptions.from_dict(json.loads(EXPECTED.read_text())["options"])
+
+
+def figures(result, budget: float) -> dict:
+    """The figures the test checks, from a fit: the frontier (envelope reward and log2 n* on its C grid),
+    each n's fitted reward at a few C inside its runs, the sigmoid when there is one, and what each n
+    costs at ``budget`` (C_n(R*)/C)."""
+    from verl_isocompute.scaling import compare
+
+    grid = result.grid
+    out = {
+        "frontier": {"C": grid["C"].tolist(), "reward": grid["reward"].tolist(),
+                     "log2_n_star": grid["log2_n_star"].tolist()},
+        "curves": {},
+        "sigmoid": None,
+        "compare": {},
+    }
+    for key, curve in sorted(result.curves.items()):
+        c = np.geomspace(*_c_range(result, key), 5)
+        out["curves"][str(key[0])] = {"C": c.tolist(), "reward": curve(c).tolist()}
+    if result.curve is not None:
+        out["sigmoid"] = {"L": result.curve.L, "k": result.curve.k, "log10_C0": result.curve.log10_C0, "b": result.curve.b}
+    curves = compare.reward_curves(result)
+    if curves:
+        table = compare.compare_at(curves, [budget])
+        for row in table.to_dict("records"):
+            out["compare"][str(row["n"])] = {"reward": row["reward"], "multiplier": row["multiplier"]}
+    return out
+
+
+def _c_range(result, key) -> tuple[float, float]:
+    row = result.groups.set_index(list(result.group_by)).loc[key if len(key) > 1 else key[0]]
+    return float(row["C_min"]), float(row["C_max"])
+
+
+def fit(points_reward=None, opts=None):
+    """The pipeline on the fixture's logs (optionally with the validation rewards replaced)."""
+    from verl_isocompute.scaling.fit import fit_frontier
+    from verl_isocompute.scaling.frontier import build_frontier, record_breaking
+    from verl_isocompute.scaling.records import load_runs
+
+    opts = opts or options()
+    logs = load_runs([FIXTURE / "cells"], derive_compute=opts.derive_compute)
+    frontier = build_frontier(logs, metric=opts.metric, compute=opts.compute, bucket=opts.bucket, ema=opts.ema)
+    if points_reward is not None:
+        points = frontier.points.assign(reward=points_reward)
+        frontier = dataclasses.replace(frontier, points=points, records=record_breaking(points, opts.bucket))
+    bootstrap = opts.bootstrap if points_reward is None else 0
+    return frontier, fit_frontier(frontier, group_by=opts.group_by, fit_on=opts.fit_on, shared_r0=opts.shared_r0,
+                                  window=opts.window, k_max=opts.k_max, bootstrap=bootstrap, seed=opts.seed)
+
+
+def point_se(frontier, se_metric: str) -> np.ndarray:
+    """Each validation point's standard error over problems, from the logs (``val/avg@k_se``)."""
+    from verl_isocompute.scaling.records import load_runs
+
+    logs = load_runs([FIXTURE / "cells"])
+    steps = logs.steps.set_index(["run", "step"])[se_metric]
+    return np.array([steps.loc[(r, s)] for r, s in zip(frontier.points["run"], frontier.points["step"])], dtype=float)
+
+
+def _interval(draws: list, estimate):
+    """Percentile interval of each leaf of ``estimate`` over the draws (same nested shape)."""
+    if isinstance(estimate, dict):
+        return {k: _interval([d[k] if d and k in d else None for d in draws], v) for k, v in estimate.items()}
+    if isinstance(estimate, list):
+        return [_interval([d[i] if d is not None and i < len(d) else None for d in draws], v) for i, v in enumerate(estimate)]
+    values = np.array([np.nan if d is None else float(d) for d in draws], dtype=float)
+    values = values[np.isfinite(values)]
+    if estimate is None or not np.isfinite(estimate) or not len(values):
+        return None
+    low, high = np.percentile(values, [2.5, 97.5])
+    return [float(min(low, estimate)), float(max(high, estimate))]
+
+
+def record() -> dict:
+    """Fit the logs, bootstrap the validation noise, write ``expected.json`` (keeps its ``options``)."""
+    saved = json.loads(EXPECTED.read_text())
+    opts = options()
+    frontier, result = fit()
+    budget = float(frontier.points["C"].max())
+    estimate = figures(result, budget)
+    k = opts.metric.split("@")[-1]
+    se = point_se(frontier, f"val/avg@{k}_se")
+    rng = np.random.default_rng(SEED)
+    draws = []
+    for _ in range(RESAMPLES):
+        reward = np.clip(frontier.points["reward"].to_numpy() + rng.normal(0.0, se), 0.0, 1.0)
+        try:
+            _, resampled = fit(reward, opts)
+        except Exception:  # a resample the fit cannot fit is left out, as the fit's own bootstrap does
+            draws.append(None)
+            continue
+        draws.append(_on_grid(figures(resampled, budget), estimate))
+    saved.update({"budget": budget, "resamples": RESAMPLES, "failed_resamples": sum(d is None for d in draws),
+                  "estimate": estimate, "interval": _interval(draws, estimate)})
+    EXPECTED.write_text(json.dumps(saved, indent=1) + "\n")
+    return saved
+
+
+def _on_grid(drawn: dict, estimate: dict) -> dict:
+    """A resample's figures at the estimate's C values (its own grid may differ)."""
+    out = dict(drawn)
+    f, e = drawn["frontier"], estimate["frontier"]
+    log_c = np.log10(f["C"])
+    out["frontier"] = {
+        "C": e["C"],
+        "reward": np.interp(np.log10(e["C"]), log_c, f["reward"], left=np.nan, right=np.nan).tolist(),
+        "log2_n_star": np.interp(np.log10(e["C"]), log_c, f["log2_n_star"], left=np.nan, right=np.nan).tolist(),
+    }
+    return out
+
+
+if __name__ == "__main__":
+    saved = record()
+    print(json.dumps({k: saved[k] for k in ("budget", "resamples", "failed_resamples")}))
+    sys.exit(0)
