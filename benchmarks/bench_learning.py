@@ -35,14 +35,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # SmolLM2-135M-Instruct's avg@16 at temperature 0.6 with the worked-example prompt, measured on 32-48 problems
-# of each kind: one-digit products put ~40 % of problems in [0.3, 0.6] (but there are only 121 of them);
-# two-digit sums and differences ~6-8 % (answers are right always or never); sums of three one-digit terms are
-# the largest pool.
-DEFAULT_POOLS = ("*:1:2:200", "+:1:3:250", "+-:2:2:100")
+# of each kind: reasoning-gym's one-digit products ("Solve the following multiplication: 3 * 4. ...") put 41 %
+# of problems in [0.3, 0.6] (but there are only 100 of them, so three-term products join them); two-digit sums
+# and differences 6-8 % (answers right always or never), "Calculate 7 * 8." with operands 0..10 about as few.
+DEFAULT_POOLS = ("products:1:2:160", "products:1:3:300")
 
 
 def parse_pool(text: str) -> tuple[str, int, int, int]:
-    """``OPS:DIGITS:TERMS:SIZE`` -> (operators, max digits, terms, size)."""
+    """``KIND:DIGITS:TERMS:SIZE`` -> (products or operators, max digits, terms, size)."""
     try:
         ops, digits, terms, size = text.split(":")
         return ops, int(digits), int(terms), int(size)
@@ -54,9 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stage", choices=("all", "curate", "train", "report"), default="all")
     parser.add_argument("--out", type=Path, default=Path("runs/learning"), help="where everything goes (default %(default)s)")
     # curation
-    parser.add_argument("--pool", action="append", metavar="OPS:DIGITS:TERMS:SIZE", type=parse_pool,
-                        help="a pool of generated problems: operators, max digits per operand, terms, problems drawn "
-                             "(repeatable; the pools are deduplicated and interleaved). Default: " + " ".join(DEFAULT_POOLS))
+    parser.add_argument("--pool", action="append", metavar="KIND:DIGITS:TERMS:SIZE", type=parse_pool,
+                        help="a pool of generated problems: 'products' or the operators of a sum (e.g. +-), max digits "
+                             "per operand, terms, problems drawn (repeatable; the pools are deduplicated and "
+                             "interleaved). Default: " + " ".join(DEFAULT_POOLS))
     parser.add_argument("--k", type=int, default=16, help="samples per problem in curation (default %(default)s, the paper's)")
     parser.add_argument("--temperature", type=float, default=0.6,
                         help="sampling temperature of curation, training and validation alike (default %(default)s, the recipes')")
@@ -91,8 +92,10 @@ def curate(args) -> Path:
     if not problems.is_file():
         frames = []
         for i, (ops, digits, terms, size) in enumerate(args.pool or [parse_pool(p) for p in DEFAULT_POOLS]):
-            spec = ArithmeticSpec(max_digits=digits, min_terms=terms, max_terms=terms, operators=ops,
-                                  allow_parentheses=False, prompt="worked_example", seed=i)
+            task = "products" if ops == "products" else "basic_arithmetic"
+            spec = ArithmeticSpec(max_digits=digits, min_terms=terms, max_terms=terms, prompt="worked_example", seed=i,
+                                  task=task, **({} if task == "products" else {"operators": ops}),
+                                  allow_parentheses=False)
             frame = pd.read_parquet(write_problems(args.out / "pools" / f"{i}.parquet", spec, size=size))
             frame = frame[~frame["extra_info"].map(lambda e: e["question"]).duplicated()]
             frames.append(frame.assign(order=range(len(frame))))

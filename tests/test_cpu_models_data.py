@@ -86,3 +86,22 @@ def test_worked_example_prompt_and_plain_operands(tmp_path):
     assert ArithmeticSpec().name == "arith-s0-t22-d11-256-32" and spec.name != ArithmeticSpec(max_digits=2).name
     with pytest.raises(ValueError, match="isocompute.data.prompt='fewshot'"):
         ArithmeticSpec(prompt="fewshot")
+
+
+def test_products_task_multiplies_its_operands(tmp_path):
+    """The products generator (docs/EVIDENCE.md's task): every answer is the product of the question's
+    one-digit operands, the set has its own name (and cache), and an unknown task is refused by name."""
+    from math import prod
+
+    from verl_isocompute.data.arithmetic import write_problems
+
+    spec = ArithmeticSpec(task="products", min_terms=3, max_terms=3, prompt="worked_example")
+    df = pd.read_parquet(write_problems(tmp_path / "p.parquet", spec, size=40))
+    for question, answer in zip(df["extra_info"].map(lambda e: e["question"]), df["reward_model"].map(lambda r: r["ground_truth"])):
+        expression = question.removeprefix("Solve the following multiplication: ").split(".")[0]
+        operands = [int(x) for x in expression.split(" * ")]
+        assert len(operands) == 3 and all(0 <= x <= 9 for x in operands)
+        assert int(answer) == prod(operands)
+    assert spec.name != ArithmeticSpec(min_terms=3, max_terms=3, prompt="worked_example").name
+    with pytest.raises(ValueError, match="isocompute.data.task='sums'"):
+        ArithmeticSpec(task="sums")

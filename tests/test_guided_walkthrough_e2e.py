@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from doc_snippets import snippet
 
 pytestmark = pytest.mark.e2e
 DOC = Path(__file__).parent.parent / "docs" / "GUIDED.md"
@@ -27,10 +27,10 @@ K = 4
 
 
 def walkthrough() -> str:
-    """The first bash block after the walkthrough heading of docs/GUIDED.md."""
-    text = DOC.read_text()
-    section = text[text.index("## Walkthrough on a CPU"):]
-    return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    """The walkthrough's bash block of docs/GUIDED.md (its marker names this test)."""
+    found = snippet("guided-walkthrough")
+    assert found.doc == DOC, found.id
+    return found.text
 
 
 @pytest.fixture(scope="module")

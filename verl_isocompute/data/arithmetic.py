@@ -24,6 +24,9 @@ from verl_isocompute import atomic
 DATA_SOURCE = "isocompute/arithmetic"
 INSTRUCTION = "Solve the problem. Put the final answer in \\boxed{}."
 PROMPT_STYLES = ("instruction", "worked_example")
+# reasoning-gym generators: sums and differences ("Calculate 7 - 2."), or products only ("Solve the following
+# multiplication: 3 * 4. Give only the result as your final answer."; operands 0..9 with one digit)
+TASKS = ("basic_arithmetic", "products")
 # The one solved problem the worked_example style shows first (question, answer turn).
 WORKED_EXAMPLE = ("Calculate 7 - 2.", "7 - 2 = 5. The answer is \\boxed{5}.")
 
@@ -44,8 +47,11 @@ class ArithmeticSpec:
     # negate them ("( -9 - 8 )", "2 - -1"); False gives plain "a + b" with operands in 0..10**digits
     allow_parentheses: bool = True
     prompt: str = "instruction"  # one of PROMPT_STYLES
+    task: str = "basic_arithmetic"  # one of TASKS (products: operators and allow_parentheses do not apply)
 
     def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"isocompute.data.task={self.task!r}: use one of {', '.join(TASKS)}")
         if self.prompt not in PROMPT_STYLES:
             raise ValueError(f"isocompute.data.prompt={self.prompt!r}: use one of {', '.join(PROMPT_STYLES)}")
         if not self.operators or set(self.operators) - set("+-*/"):
@@ -57,6 +63,8 @@ class ArithmeticSpec:
         if (self.operators, self.allow_parentheses, self.prompt) != ("+-*/", True, "instruction"):
             ops = "".join({"+": "a", "-": "s", "*": "m", "/": "d"}[o] for o in self.operators)
             extra = f"-o{ops}-p{int(self.allow_parentheses)}-{self.prompt}"
+        if self.task != TASKS[0]:
+            extra = f"-{self.task}-{self.prompt}"
         return (
             f"arith-s{self.seed}-t{self.min_terms}{self.max_terms}-d{self.min_digits}{self.max_digits}"
             f"-{self.train_size}-{self.val_size}{extra}"
@@ -66,6 +74,12 @@ class ArithmeticSpec:
 def _problems(spec: ArithmeticSpec, size: int | None = None) -> list[dict]:
     import reasoning_gym
 
+    if spec.task == "products":
+        dataset = reasoning_gym.create_dataset(
+            "products", size=size or spec.train_size + spec.val_size, seed=spec.seed, min_terms=spec.min_terms,
+            max_terms=spec.max_terms, min_digits=spec.min_digits, max_digits=spec.max_digits,
+        )
+        return [{"question": item["question"], "answer": str(item["answer"])} for item in dataset]
     dataset = reasoning_gym.create_dataset(
         "basic_arithmetic",
         size=size or spec.train_size + spec.val_size,

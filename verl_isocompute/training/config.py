@@ -270,7 +270,7 @@ def check_trainer_settings(cfg: DictConfig) -> None:
     drops rows."""
     mode = _select(cfg, "isocompute.zero_variance.mode", default="off")
     if mode not in ZERO_VARIANCE_MODES:
-        raise RecipeError(f"isocompute.zero_variance.mode={_show(mode)}: use one of {', '.join(ZERO_VARIANCE_MODES)}")
+        raise RecipeError(f"isocompute.zero_variance.mode={mode!r}: use one of {', '.join(ZERO_VARIANCE_MODES)}")
     # Update k is global step k (the rate the trainer logs, and the seed of the decoupled subset, rely on it).
     v1 = cfg.trainer.v1
     sync_step = int(v1.get(v1.trainer_mode, {}).get("parameter_sync_step", 1))
