@@ -171,13 +171,6 @@ def test_missing_file_and_wrong_solution_key_are_clear_errors(tmp_path):
     assert not (tmp_path / "out").exists()  # nothing written, nothing started
 
 
-def test_importing_the_search_and_its_command_loads_no_torch_verl_or_ray():
-    code = ("import sys, verl_isocompute.guided.prefix_search, verl_isocompute.commands.prefix_search; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'verl', 'ray', 'transformers'}))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
-
-
 def test_overrides_may_follow_the_options(tmp_path):
     worked_arithmetic(2).to_parquet(tmp_path / "d.parquet")
     proc = _cli(tmp_path / "d.parquet", "-o", tmp_path / "out", "--k", "2", "isocompute.model=nosuch")

@@ -2,7 +2,7 @@
 
 Three formats are read:
 
-* ``isocompute.jsonl``, ours (the run-log contract of ARCHITECTURE.md): a ``{"header": {...}}`` line with
+* ``isocompute.jsonl``, ours (the run-log contract, :mod:`verl_isocompute.runlog`): a ``{"header": {...}}`` line with
   the resolved recipe, then one JSON object per training step with ``step``, ``n``, ``b_problem``,
   ``rollouts`` (cumulative compute C), ``tokens`` (cumulative generated tokens), ``epoch``, ``lr``,
   ``train/reward`` and, on validation steps, ``val/avg@k``, ``val/best@k``, ``val/worst@k`` (and the same
