@@ -31,7 +31,7 @@ from verl_isocompute.scaling.compare import (
     select,
 )
 from verl_isocompute.scaling.curve import Curve
-from verl_isocompute.scaling.fit import SaturatingCurve
+from verl_isocompute.scaling.saturating import SaturatingCurve
 from verl_isocompute.scaling.synthetic import (
     curves_for,
     synthetic_sweep,

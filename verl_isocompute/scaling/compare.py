@@ -43,12 +43,9 @@ import pandas as pd
 
 from verl_isocompute.scaling.curve import PRESET_PREFIX, REWARD_CURVES_KEY, Curve, reward_curve_entries
 from verl_isocompute.scaling.errors import ScalingError
-from verl_isocompute.scaling.fit import (
-    FrontierFit,
-    SaturatingCurve,
-    envelope,
-    nice_budgets,
-)
+from verl_isocompute.scaling.envelope import envelope
+from verl_isocompute.scaling.fit import FrontierFit, nice_budgets
+from verl_isocompute.scaling.saturating import SaturatingCurve
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
