@@ -72,7 +72,6 @@ LONG_MODULES: dict[str, str] = {
     "scaling/compare.py": "to split",
     "training/config.py": "to split",
     "training/trainer.py": "to split: run-log keys, probes, compute counter, verl hooks",
-    "workflow/curate.py": "to split: sample cache, difficulty, report, driver",
     "workflow/sweep/plan.py": "to split",
 }
 

@@ -10,13 +10,15 @@ import sys
 import pandas as pd
 import pytest
 
+from verl_isocompute.data.problems import problem_id
 from verl_isocompute.data.worked import worked_arithmetic
+from verl_isocompute.errors import CurateError
 from verl_isocompute.guided import placement as G
 from verl_isocompute.guided import prefix_search as ps
 from verl_isocompute.guided import spend
 from verl_isocompute.guided.prefixes import prefix_ladder
 from verl_isocompute.guided.search import next_rungs
-from verl_isocompute.workflow.curate import CurateError, SampleCache, problem_id
+from verl_isocompute.workflow.sample_cache import SampleCache
 
 SOLUTION = "a = 1\nb = 2\nc = 3\nd = 4\nThe answer is \\boxed{10}.\n"
 

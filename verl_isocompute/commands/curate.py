@@ -42,7 +42,7 @@ def _gen_arg(text: str) -> tuple[str, object]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from verl_isocompute.workflow import curate as c
+    from verl_isocompute.data import difficulty as c
 
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", nargs="+", metavar="FILE", help="verl-format parquet files (prompt, reward_model.ground_truth, ...)")
@@ -123,6 +123,7 @@ def settings_from_args(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from verl_isocompute.workflow import curate as c
     from verl_isocompute.workflow.launch import Interrupted
+    from verl_isocompute.workflow.sample_cache import SAMPLES_FILE
 
     try:
         settings = settings_from_args(args)
@@ -140,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         return _error(str(exc))
     except Interrupted as exc:
         print(f"{PROG}: stopped by {exc}; Ray is stopped; kept the samples taken so far in "
-              f"{settings.out / c.SAMPLES_FILE}: rerun the same command to resume", file=sys.stderr)
+              f"{settings.out / SAMPLES_FILE}: rerun the same command to resume", file=sys.stderr)
         return exc.exit_code
     print(f"[curate] splits: {summary['splits']}", file=sys.stderr)
     print(f"[curate] mixtures: { {k: v['size'] for k, v in summary['mixtures'].items()} }", file=sys.stderr)

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     from verl_isocompute.cpu.models import ModelError
     from verl_isocompute.training.config import RecipeError
-    from verl_isocompute.workflow.curate import CurateError
+    from verl_isocompute.errors import CurateError
 
     try:
         summary = ps.prefix_search(settings)

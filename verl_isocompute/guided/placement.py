@@ -243,6 +243,5 @@ def write_guided(train_file, out_file, solution_key: str, **options) -> GuidedDa
     from verl_isocompute import atomic
 
     result = guided_dataset(pd.read_parquet(train_file), solution_key, **options)
-    with atomic.replacing(out_file) as tmp:
-        result.frame.to_parquet(tmp, index=False)
+    atomic.write_parquet(out_file, result.frame)
     return result

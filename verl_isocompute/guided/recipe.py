@@ -168,8 +168,7 @@ def write_mixture(paths: list[str], out: Path, options: GuideOptions) -> GuidedD
 
     result = options.build(read_frames(paths))
     out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic.replacing(out) as tmp:
-        result.frame.to_parquet(tmp, index=False)
+    atomic.write_parquet(out, result.frame)
     return result
 
 

@@ -66,10 +66,10 @@ FIT_ON = ("records", "all")
 
 # Names that lived here until 0.2 and moved with their step; the old path works for one release.
 _MOVED = {
-    **dict.fromkeys(("saturating_reward", "bin_points", "fit_saturating", "BINS_PER_DECADE"), "saturating"),
-    **dict.fromkeys(("SigmoidFit", "K_MIN"), "sigmoid_fit"),
-    **dict.fromkeys(("envelope",), "envelope"),
-    **dict.fromkeys(("GROUP_BYS",), "groups"),
+    **dict.fromkeys(("saturating_reward", "bin_points", "fit_saturating", "BINS_PER_DECADE"), "verl_isocompute.scaling.saturating"),
+    **dict.fromkeys(("SigmoidFit", "K_MIN"), "verl_isocompute.scaling.sigmoid_fit"),
+    **dict.fromkeys(("envelope",), "verl_isocompute.scaling.envelope"),
+    **dict.fromkeys(("GROUP_BYS",), "verl_isocompute.scaling.groups"),
 }
 
 
@@ -78,9 +78,8 @@ def __getattr__(name: str):
         import importlib
         import warnings
 
-        new = f"verl_isocompute.scaling.{_MOVED[name]}"
-        warnings.warn(f"verl_isocompute.scaling.fit.{name} moved to {new}; the old path goes away in 0.3", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(new), name)
+        warnings.warn(f"{__name__}.{name} moved to {_MOVED[name]}; the old path goes away in 0.3", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(_MOVED[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
