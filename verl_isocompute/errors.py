@@ -1,15 +1,18 @@
-"""The package's errors: one base class, so a command reports any of them the same way (one line, exit 2).
+"""The package's errors: one base class, so the ``isocompute`` command reports any of them the same way, once
+(one line naming the problem and the fix, exit status 2, no traceback).
 
-A :class:`IsoComputeError` is bad input or a setting a run, a curation, a search or a fit cannot use; its
-message names the problem and the fix. It is a ``ValueError``, as the package's errors always were.
+:class:`IsoComputeError` marks an error meant for the user: bad input, or a setting a run, a curation, a
+search or a fit cannot use. Each error class keeps the built-in class it always had (``ValueError`` for
+bad input, ``RuntimeError`` for a model or a sweep that cannot go on), so code that catches those is
+unaffected.
 """
 
 from __future__ import annotations
 
 
-class IsoComputeError(ValueError):
-    """Bad input or settings; the message names the problem and the fix."""
+class IsoComputeError(Exception):
+    """An error meant for the user; the message names the problem and the fix."""
 
 
-class CurateError(IsoComputeError):
+class CurateError(IsoComputeError, ValueError):
     """Input or settings a curation cannot use; the message names the fix."""

@@ -97,11 +97,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="verl-style overrides of the recipe")
 
 
-def _error(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    return 2
-
-
 def settings_from_args(args: argparse.Namespace):
     """The command line as a :class:`~verl_isocompute.workflow.curate.CurateSettings`."""
     from verl_isocompute.workflow import curate as c
@@ -121,6 +116,8 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from verl_isocompute.commands.cli import error
+    from verl_isocompute.errors import IsoComputeError
     from verl_isocompute.workflow import curate as c
     from verl_isocompute.workflow.launch import Interrupted
     from verl_isocompute.workflow.sample_cache import SAMPLES_FILE
@@ -128,17 +125,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
         settings.check()  # before any start-up: a bad flag costs nothing
-    except c.CurateError as exc:
-        return _error(str(exc))
-
-    from verl_isocompute.cpu.models import ModelError
-    from verl_isocompute.guided.traces import TracesError
-    from verl_isocompute.training.config import RecipeError
+    except IsoComputeError as exc:
+        return error(PROG, str(exc))
 
     try:
         summary = c.curate(settings)
-    except (c.CurateError, RecipeError, ModelError, TracesError) as exc:
-        return _error(str(exc))
+    except IsoComputeError as exc:  # a recipe, model, traces or curation error: one line
+        return error(PROG, str(exc))
     except Interrupted as exc:
         print(f"{PROG}: stopped by {exc}; Ray is stopped; kept the samples taken so far in "
               f"{settings.out / SAMPLES_FILE}: rerun the same command to resume", file=sys.stderr)

@@ -49,6 +49,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from verl_isocompute.errors import IsoComputeError
+
 import numpy as np
 
 # rollouts_with_guidance: C plus the rollouts spent before training on guided data (the run log's
@@ -75,7 +77,7 @@ REWARD_CURVES_KEY = "reward_curves"
 _SHARE_METRICS = re.compile(r"^val/(avg|best|worst)@\d+(/.*)?$|(^|/)acc(/|$)")
 
 
-class CurveError(ValueError):
+class CurveError(IsoComputeError, ValueError):
     """A curve file or preset that cannot be used; the message names the problem and the fix."""
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl_isocompute import verl_keys
+from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.runlog import VERL_METRICS
 from verl_isocompute.training import resolvers
 from verl_isocompute.training.conf import files, select
@@ -62,7 +63,7 @@ GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_
 GPU_ONLY_ROLLOUTS = ("vllm", "sglang", "trtllm")
 
 
-class RecipeError(ValueError):
+class RecipeError(IsoComputeError, ValueError):
     """A configuration a run cannot start with; the message names the key and the fix."""
 
 
