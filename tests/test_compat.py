@@ -34,7 +34,10 @@ def test_old_names_work_in_a_fresh_interpreter():
     assert out.strip().endswith("ok")
 
 
-@pytest.mark.parametrize("old", ["verl_isocompute.scaling.fit", "verl_isocompute.workflow.curate"])
+@pytest.mark.parametrize(
+    "old",
+    ["verl_isocompute.scaling.fit", "verl_isocompute.scaling.compare", "verl_isocompute.workflow.curate", "verl_isocompute.workflow.sweep.runner"],
+)
 def test_names_moved_out_of_a_split_module_still_import_with_a_warning(old):
     """A module split by concept keeps its old names for one release: the same object, a DeprecationWarning."""
     module = importlib.import_module(old)

@@ -241,3 +241,13 @@ def test_verl_interfaces_curation_relies_on():
     assert inspect.iscoroutinefunction(RolloutReplica.init_standalone)
     assert isinstance(RolloutReplica.server_handle, property)
     assert list(inspect.signature(get_custom_reward_fn).parameters) == ["config"]
+
+
+def test_the_command_line_defaults_are_the_settings_defaults(tmp_path):
+    """isocompute curate's flags default to CurateSettings' values, written once (a library caller and the
+    command get the same curation)."""
+    from verl_isocompute.commands.cli import parse_args
+    from verl_isocompute.commands.curate import settings_from_args
+
+    args = parse_args(["curate", "--generate", "basic_arithmetic", "--out", str(tmp_path)])
+    assert settings_from_args(args) == c.CurateSettings(out=tmp_path, generate="basic_arithmetic")

@@ -68,7 +68,6 @@ MAX_LINES = 400
 # module -> why it is one room although longer than MAX_LINES.
 LONG_MODULES: dict[str, str] = {
     "scaling/allocation.py": "the allocation rule's four documented steps (docs/ALLOCATION.md), one function each, read top to bottom",
-    "scaling/compare.py": "to split",
     "training/config.py": "to split",
     "training/trainer.py": "to split: run-log keys, probes, compute counter, verl hooks",
     "workflow/sweep/plan.py": "to split",

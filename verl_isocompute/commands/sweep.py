@@ -68,6 +68,7 @@ def _run_sweep(plan, checked, args: argparse.Namespace) -> int:
     from verl_isocompute.workflow.sweep import runner
     from verl_isocompute.workflow.sweep.executors import LocalExecutor, RayJobExecutor
     from verl_isocompute.workflow.sweep.preflight import ray_options
+    from verl_isocompute.workflow.sweep.state import clear_sweep
 
     sweep_dir = Path(plan.sweep_dir)
     address = args.ray_address or plan.ray.get("address")
@@ -81,7 +82,7 @@ def _run_sweep(plan, checked, args: argparse.Namespace) -> int:
         else:
             executor = LocalExecutor()
         if args.restart:
-            runner.clear_sweep(sweep_dir)
+            clear_sweep(sweep_dir)
         sweep = runner.Sweep(plan, executor, progress=not args.no_progress, cell_check=checked.cell_check)
     except IsoComputeError as exc:
         return error(PROG, str(exc))

@@ -70,7 +70,7 @@ LOG2_N_FLOOR_MIN = -3.0
 LOG2_N_CEILING_MAX = 30.0
 LOG10_C0_RANGE = (-1.0, 21.0)
 _FIX = "correct it in the file or rewrite the file with `isocompute fit`"
-# The optional per-n reward curves of a curve file (written by scaling.compare.reward_curves_field).
+# The optional per-n reward curves of a curve file (written by scaling.reward_curves.reward_curves_field).
 REWARD_CURVES_KEY = "reward_curves"
 # Metrics that are shares of samples, hence in [0, 1]: avg/best/worst@k (ours, overall or per data source)
 # and verl's per-source accuracy (val-core/<source>/acc/mean@k).
