@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from verl_isocompute import _compat
 from verl_isocompute.scaling.curve import Curve
 from verl_isocompute.scaling.envelope import envelope
 from verl_isocompute.scaling.fit import FrontierFit, nice_budgets
@@ -76,15 +77,7 @@ _MOVED = {
     **dict.fromkeys(("SaturatingCurve",), "verl_isocompute.scaling.saturating"),
 }
 
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-        import warnings
-
-        warnings.warn(f"{__name__}.{name} moved to {_MOVED[name]}; the old path goes away in 0.3", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _compat.moved_names(__name__, _MOVED)
 
 
 # --- the comparison ---------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from verl_isocompute import _compat
 from verl_isocompute.scaling.bootstrap import DEFAULT_BOOTSTRAP, bootstrap_sigmoid
 from verl_isocompute.scaling.curve import Curve, sigmoid_log2_n
 from verl_isocompute.scaling.envelope import DEFAULT_WINDOW, GRID_PER_DECADE, empty_grid, envelope_table, log_grid
@@ -72,15 +73,7 @@ _MOVED = {
     **dict.fromkeys(("GROUP_BYS",), "verl_isocompute.scaling.groups"),
 }
 
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-        import warnings
-
-        warnings.warn(f"{__name__}.{name} moved to {_MOVED[name]}; the old path goes away in 0.3", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _compat.moved_names(__name__, _MOVED)
 
 
 # --- steps 3 to 5 together -----------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from verl_isocompute import _compat
 from verl_isocompute.data.difficulty import (
     DEFAULT_K,
     DEFAULT_MAX_VAL_FRACTION,
@@ -69,15 +70,7 @@ _MOVED = {
     **dict.fromkeys(("annotated_rows", "plot_difficulty", "render_report"), "verl_isocompute.workflow.curate_report"),
 }
 
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-        import warnings
-
-        warnings.warn(f"{__name__}.{name} moved to {_MOVED[name]}; the old path goes away in 0.3", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _compat.moved_names(__name__, _MOVED)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from verl_isocompute import _compat
 from verl_isocompute.runlog import CONSOLE_LOG, logged_steps
 from verl_isocompute.workflow import launch
 from verl_isocompute.workflow.launch import Interrupted
@@ -53,15 +54,7 @@ _MOVED = {
     **dict.fromkeys(("STATE_VERSION", "clear_sweep"), "verl_isocompute.workflow.sweep.state"),
 }
 
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-        import warnings
-
-        warnings.warn(f"{__name__}.{name} moved to {_MOVED[name]}; the old path goes away in 0.3", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _compat.moved_names(__name__, _MOVED)
 
 
 def _tail(path: Path, lines: int = 15) -> str:
