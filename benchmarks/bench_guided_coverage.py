@@ -34,10 +34,11 @@ import pandas as pd
 
 def fresh_coverage(search_dir: Path, hard_file: Path, args, overrides: list[str]) -> tuple[int, int, int]:
     """k new guided samples at every chosen prefix: (problems with >= 1 correct, problems, rollouts)."""
+    from verl_isocompute.data.problem_sets import load_parquet, screen
     from verl_isocompute.guided import prefix_search as ps
-    from verl_isocompute.workflow.curate import load_parquet, sampling_config, screen
     from verl_isocompute.workflow.prefix_search import guided_prompts
     from verl_isocompute.workflow.rollouts import KSampler, running
+    from verl_isocompute.workflow.sampling import sampling_config
 
     table = pd.read_parquet(search_dir / ps.PREFIXES_FILE).set_index("problem_id")
     chosen = table[table["status"] == "chosen"]

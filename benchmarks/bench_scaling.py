@@ -49,13 +49,10 @@ from verl_isocompute.scaling import (
     plot_frontier,
     save_plots,
 )
-from verl_isocompute.scaling.fit import (
-    _make_groups,
-    bin_points,
-    envelope,
-    fit_saturating,
-    fit_sigmoid,
-)
+from verl_isocompute.scaling.envelope import envelope
+from verl_isocompute.scaling.groups import make_groups
+from verl_isocompute.scaling.saturating import bin_points, fit_saturating
+from verl_isocompute.scaling.sigmoid_fit import fit_sigmoid
 from verl_isocompute.scaling.pipeline import FitOptions, run_fit
 from verl_isocompute.scaling.synthetic import (
     curves_for,
@@ -94,7 +91,7 @@ def load_with_frames(folder: Path):
 def bootstrap_one_by_one(frontier, result, resamples: int, seed: int = 0) -> np.ndarray:
     """The fit's bootstrap with one scipy least_squares per refit (what it did before batching)."""
     settings = result.settings
-    groups = [g for g in _make_groups(frontier.points, result.group_by, frontier.bucket, "all") if g.key in result.curves]
+    groups = [g for g in make_groups(frontier.points, result.group_by, frontier.bucket, "all") if g.key in result.curves]
     r0 = settings.get("r0")
     runs = sorted({r for g in groups for r in g.runs})
     by_run = {run: pts for g in groups for run, pts in g.points.groupby("run", sort=False)}

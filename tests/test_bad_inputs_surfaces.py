@@ -105,8 +105,8 @@ def test_a_sweep_dir_flag_naming_a_file_is_refused(tmp_path, monkeypatch, capsys
 def _curve(field_change=None, entry_change=None, extra=None) -> dict:
     """The paper's Easy sigmoid with two per-n reward curves as `isocompute fit` writes them, then changed."""
     from verl_isocompute.scaling import load_curve
-    from verl_isocompute.scaling.compare import RewardCurve, reward_curves_field
-    from verl_isocompute.scaling.fit import SaturatingCurve
+    from verl_isocompute.scaling.reward_curves import RewardCurve, reward_curves_field
+    from verl_isocompute.scaling.saturating import SaturatingCurve
 
     curves = [RewardCurve(8, 32, SaturatingCurve(0.2, 0.6, 1e4, 1.0), (1e3, 1e6), 2),
               RewardCurve(16, 32, SaturatingCurve(0.2, 0.7, 3e4, 1.0), (2e3, 1e6), 2)]

@@ -32,3 +32,18 @@ def test_old_names_work_in_a_fresh_interpreter():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "warned verl_isocompute.allocation moved to verl_isocompute.training.allocation_hook" in out
     assert out.strip().endswith("ok")
+
+
+@pytest.mark.parametrize(
+    "old",
+    ["verl_isocompute.scaling.fit", "verl_isocompute.scaling.compare", "verl_isocompute.workflow.curate", "verl_isocompute.workflow.sweep.runner"],
+)
+def test_names_moved_out_of_a_split_module_still_import_with_a_warning(old):
+    """A module split by concept keeps its old names for one release: the same object, a DeprecationWarning."""
+    module = importlib.import_module(old)
+    assert module._MOVED
+    for name, new in module._MOVED.items():
+        with pytest.warns(DeprecationWarning, match=f"{old}.{name} moved to {new}"):
+            assert getattr(module, name) is getattr(importlib.import_module(new), name)
+    with pytest.raises(AttributeError):
+        getattr(module, "no_such_name")

@@ -14,8 +14,14 @@ import pandas as pd
 import pytest
 from pathlib import Path
 
+from verl_isocompute import errors
+from verl_isocompute.data import difficulty as dif
+from verl_isocompute.data import problem_sets as pset
+from verl_isocompute.data import problems as prob
 from verl_isocompute.data.arithmetic import to_verl_row
 from verl_isocompute.workflow import curate as c
+from verl_isocompute.workflow import curate_report as rep
+from verl_isocompute.workflow import sample_cache as sc
 
 
 def _rows(answers):
@@ -40,40 +46,40 @@ def test_screen_counts_and_skips_bad_problems():
     rows.append(dict(rows[0]))  # a duplicate of row 0
     rows.append({**rows[3], "prompt": "not chat messages"})
     df = pd.DataFrame(rows)
-    problems, skipped = c.screen(df)
+    problems, skipped = pset.screen(df)
     assert len(problems) == 2 and problems["problem_id"].is_unique
     reasons = dict(zip(skipped["row"], skipped["reason"]))
     assert reasons == {1: "no ground truth", 2: "unparsable ground truth", 4: "duplicate", 5: "prompt is not a list of chat messages"}
     assert skipped.loc[skipped["row"] == 4, "detail"].item() == "same prompt and answer as row 0"
     # without the answer check the unparsable reference is kept (rewards that are not math-verify)
-    problems, skipped = c.screen(df, check_answers=False)
+    problems, skipped = pset.screen(df, check_answers=False)
     assert len(problems) == 3 and "unparsable ground truth" not in set(skipped["reason"])
 
 
 def test_problem_id_is_stable_and_depends_on_prompt_and_answer():
     messages = [{"role": "user", "content": "1+1?"}]
-    assert c.problem_id(messages, "2") == c.problem_id([dict(messages[0])], "2")
-    assert c.problem_id(messages, "2") != c.problem_id(messages, "3")
-    assert len(c.problem_id(messages, "2")) == 16
+    assert prob.problem_id(messages, "2") == prob.problem_id([dict(messages[0])], "2")
+    assert prob.problem_id(messages, "2") != prob.problem_id(messages, "3")
+    assert len(prob.problem_id(messages, "2")) == 16
     # parquet gives numpy arrays of dicts back: same id
     df = _rows(["2"])
-    assert c.messages_of(np.array(df["prompt"][0], dtype=object)) == df["prompt"][0]
+    assert prob.messages_of(np.array(df["prompt"][0], dtype=object)) == df["prompt"][0]
 
 
 def test_load_parquet_requires_verl_columns(tmp_path):
     pd.DataFrame({"question": ["1+1"], "answer": ["2"]}).to_parquet(tmp_path / "x.parquet")
-    with pytest.raises(c.CurateError, match="no 'prompt' column"):
-        c.load_parquet([tmp_path / "x.parquet"])
-    with pytest.raises(c.CurateError, match="does not exist"):
-        c.load_parquet([tmp_path / "missing.parquet"])
+    with pytest.raises(errors.CurateError, match="no 'prompt' column"):
+        pset.load_parquet([tmp_path / "x.parquet"])
+    with pytest.raises(errors.CurateError, match="does not exist"):
+        pset.load_parquet([tmp_path / "missing.parquet"])
 
 
 def test_generate_gives_verl_rows():
-    df = c.generate("basic_arithmetic", 5, seed=3, max_digits=2)
+    df = pset.generate("basic_arithmetic", 5, seed=3, max_digits=2)
     assert len(df) == 5 and set(df["data_source"]) == {"reasoning_gym/basic_arithmetic"}
-    assert all(c.ground_truth_of(rm) for rm in df["reward_model"])
-    with pytest.raises(c.CurateError, match="no_such_task"):
-        c.generate("no_such_task", 5)
+    assert all(prob.ground_truth_of(rm) for rm in df["reward_model"])
+    with pytest.raises(errors.CurateError, match="no_such_task"):
+        pset.generate("no_such_task", 5)
 
 
 # --- splits, mixtures, train/val --------------------------------------------------------------------
@@ -81,7 +87,7 @@ def test_generate_gives_verl_rows():
 
 def test_splits_use_the_papers_thresholds_at_k16():
     # one problem per count c = 0..16
-    splits = c.assign_splits(_difficulty(list(range(17))))
+    splits = dif.assign_splits(_difficulty(list(range(17))))
     counts = lambda ids: sorted(int(i[1:]) for i in ids)  # noqa: E731
     assert counts(splits["easy"]) == [5, 6, 7, 8, 9]  # avg@16 in [0.3, 0.6]
     assert counts(splits["hard"]) == [0, 1]  # avg@16 in [0, 1/16]
@@ -90,16 +96,16 @@ def test_splits_use_the_papers_thresholds_at_k16():
 
 
 def test_thresholds_are_configurable_and_checked():
-    splits = c.assign_splits(_difficulty(list(range(17))), c.Thresholds(easy=(0.25, 0.75), hard=(0.0, 0.0)))
+    splits = dif.assign_splits(_difficulty(list(range(17))), dif.Thresholds(easy=(0.25, 0.75), hard=(0.0, 0.0)))
     assert len(splits["easy"]) == 9 and len(splits["hard"]) == 1
-    with pytest.raises(c.CurateError, match="--easy 0.7,0.3"):
-        c.Thresholds(easy=(0.7, 0.3))
+    with pytest.raises(errors.CurateError, match="--easy 0.7,0.3"):
+        dif.Thresholds(easy=(0.7, 0.3))
 
 
 def test_mixtures_keep_proportions_and_never_repeat_a_problem():
     # 600 hard (c = 0), 300 easy (c = 6), 300 very easy (c = 12)
-    splits = c.assign_splits(_difficulty([0] * 600 + [6] * 300 + [12] * 300))
-    mixes = c.build_mixtures(splits, size=1000, seed=0)
+    splits = dif.assign_splits(_difficulty([0] * 600 + [6] * 300 + [12] * 300))
+    mixes = dif.build_mixtures(splits, size=1000, seed=0)
     assert mixes["hard_only"].counts == {"hard": 600} and "only 600 hard" in mixes["hard_only"].note
     assert mixes["dual"].counts == {"hard": 300, "easy": 300}  # easy limits dual to 600
     assert mixes["tri"].counts == {"hard": 500, "easy": 250, "very_easy": 250}
@@ -109,29 +115,29 @@ def test_mixtures_keep_proportions_and_never_repeat_a_problem():
     hard = set(splits["hard"])
     assert sum(i in hard for i in mixes["tri"].ids) == 500
     # the same seed gives the same mixture
-    assert c.build_mixtures(splits, size=1000, seed=0)["tri"].ids == mixes["tri"].ids
+    assert dif.build_mixtures(splits, size=1000, seed=0)["tri"].ids == mixes["tri"].ids
 
 
 def test_overlapping_pools_give_a_problem_to_one_component():
     # with k = 5, 3/5 = 0.6 is both easy and very easy
-    splits = c.assign_splits(_difficulty([3] * 10 + [0] * 10, k=5))
+    splits = dif.assign_splits(_difficulty([3] * 10 + [0] * 10, k=5))
     assert set(splits["easy"]) == set(splits["very_easy"])
-    tri = c.build_mixtures(splits, size=100)["tri"]
+    tri = dif.build_mixtures(splits, size=100)["tri"]
     assert tri.counts == {"hard": 0, "easy": 0, "very_easy": 0} and "very_easy" in tri.note
-    dual = c.build_mixtures(splits, size=100)["dual"]
+    dual = dif.build_mixtures(splits, size=100)["dual"]
     assert dual.counts == {"hard": 10, "easy": 10} and len(set(dual.ids)) == 20
 
 
 def test_train_val_split_is_disjoint_and_scaled_for_small_sets():
     ids = [f"p{i}" for i in range(2000)]
-    train, val = c.train_val_split(ids)
+    train, val = dif.train_val_split(ids)
     assert len(val) == 300 and len(train) == 1700 and not set(train) & set(val)
-    assert len(c.train_val_split(ids[:1000])[1]) == 200  # at most 20% of the set
-    train, val = c.train_val_split(ids[:40])
+    assert len(dif.train_val_split(ids[:1000])[1]) == 200  # at most 20% of the set
+    train, val = dif.train_val_split(ids[:40])
     assert len(val) == 8 and len(train) == 32  # 20% of a small set
-    train, val = c.train_val_split(ids[:3])
+    train, val = dif.train_val_split(ids[:3])
     assert len(val) == 1 and len(train) == 2
-    assert c.train_val_split(ids[:1]) == ([], [])
+    assert dif.train_val_split(ids[:1]) == ([], [])
 
 
 # --- cache and outputs ------------------------------------------------------------------------------
@@ -139,28 +145,28 @@ def test_train_val_split_is_disjoint_and_scaled_for_small_sets():
 
 def test_cache_resumes_ignores_a_cut_line_and_refuses_other_settings(tmp_path):
     settings = {"model": "m", "k": 4, "temperature": 0.6}
-    cache = c.SampleCache(tmp_path, settings)
+    cache = sc.SampleCache(tmp_path, settings)
     cache.append({"id": "a", "k": 4, "correct": 1})
     cache.append({"id": "b", "k": 4, "correct": 0})
     cache.close()
-    with open(tmp_path / c.SAMPLES_FILE, "a") as f:
+    with open(tmp_path / sc.SAMPLES_FILE, "a") as f:
         f.write('{"id": "c", "k": 4, "corr')  # killed mid-write
-    assert set(c.SampleCache(tmp_path, settings).load()) == {"a", "b"}
-    with pytest.raises(c.CurateError, match=r"k: 4 -> 16.*--restart"):
-        c.SampleCache(tmp_path, {**settings, "k": 16})
-    assert c.SampleCache(tmp_path, {**settings, "k": 16}, restart=True).load() == {}
+    assert set(sc.SampleCache(tmp_path, settings).load()) == {"a", "b"}
+    with pytest.raises(errors.CurateError, match=r"k: 4 -> 16.*--restart"):
+        sc.SampleCache(tmp_path, {**settings, "k": 16})
+    assert sc.SampleCache(tmp_path, {**settings, "k": 16}, restart=True).load() == {}
 
 
 def test_write_outputs_writes_every_file(tmp_path):
-    problems, _ = c.screen(_rows([str(i) for i in range(40)]), check_answers=False)
+    problems, _ = pset.screen(_rows([str(i) for i in range(40)]), check_answers=False)
     counts = [0] * 15 + [1] * 5 + [6] * 10 + [12] * 10
     records = {pid: {"id": pid, "k": 16, "correct": n, "response_tokens": [5] * 16, "truncated": 2}
                for pid, n in zip(problems["problem_id"], counts)}
-    difficulty = c.difficulty_table(problems, records, 16)
+    difficulty = dif.difficulty_table(problems, records, 16)
     assert difficulty["avg@k"].tolist() == [n / 16 for n in counts]
     assert difficulty["pass@k"].tolist() == [float(n > 0) for n in counts]
     skipped = pd.DataFrame([{"row": 40, "reason": "no ground truth", "detail": ""}])
-    summary = c.write_outputs(tmp_path, problems, difficulty, skipped, {"k": 16, "model": "m"}, mixture_size=20)
+    summary = rep.write_outputs(tmp_path, problems, difficulty, skipped, {"k": 16, "model": "m"}, mixture_size=20)
     assert summary["splits"] == {"easy": 10, "hard": 20, "extremely_hard": 15, "very_easy": 10}
     assert summary["mixtures"]["tri"]["size"] == 20 and summary["mixtures"]["tri"]["counts"] == {"hard": 10, "easy": 5, "very_easy": 5}
     for name in ("difficulty.parquet", "difficulty.png", "report.md", "skipped.parquet", "summary.json",
@@ -180,13 +186,13 @@ def test_write_outputs_writes_every_file(tmp_path):
 
 
 def test_tune_split_is_disjoint_and_leaves_the_validation_problems_as_they_were(tmp_path):
-    problems, _ = c.screen(_rows([str(i) for i in range(40)]), check_answers=False)
+    problems, _ = pset.screen(_rows([str(i) for i in range(40)]), check_answers=False)
     records = {pid: {"id": pid, "k": 16, "correct": 6, "response_tokens": [5] * 16, "truncated": 0}
                for pid in problems["problem_id"]}  # all 40 easy
-    difficulty = c.difficulty_table(problems, records, 16)
+    difficulty = dif.difficulty_table(problems, records, 16)
 
     def split(out, **kwargs):
-        summary = c.write_outputs(out, problems, difficulty, pd.DataFrame(columns=["row", "reason", "detail"]),
+        summary = rep.write_outputs(out, problems, difficulty, pd.DataFrame(columns=["row", "reason", "detail"]),
                                   {"k": 16, "model": "m"}, sets=("easy",), val_size=8, **kwargs)
         files = {s: out / "sets" / "easy" / f"{s}.parquet" for s in ("train", "val", "tune")}
         ids = {s: [e["difficulty_id"] for e in pd.read_parquet(f)["extra_info"]] for s, f in files.items() if f.is_file()}
@@ -203,7 +209,7 @@ def test_tune_split_is_disjoint_and_leaves_the_validation_problems_as_they_were(
 
 
 def test_negative_tune_size_is_refused():
-    with pytest.raises(c.CurateError, match="--tune-size must be at least 0"):
+    with pytest.raises(errors.CurateError, match="--tune-size must be at least 0"):
         c.CurateSettings(out=Path("x"), generate="basic_arithmetic", tune_size=-1).check()
 
 
@@ -235,3 +241,13 @@ def test_verl_interfaces_curation_relies_on():
     assert inspect.iscoroutinefunction(RolloutReplica.init_standalone)
     assert isinstance(RolloutReplica.server_handle, property)
     assert list(inspect.signature(get_custom_reward_fn).parameters) == ["config"]
+
+
+def test_the_command_line_defaults_are_the_settings_defaults(tmp_path):
+    """isocompute curate's flags default to CurateSettings' values, written once (a library caller and the
+    command get the same curation)."""
+    from verl_isocompute.commands.cli import parse_args
+    from verl_isocompute.commands.curate import settings_from_args
+
+    args = parse_args(["curate", "--generate", "basic_arithmetic", "--out", str(tmp_path)])
+    assert settings_from_args(args) == c.CurateSettings(out=tmp_path, generate="basic_arithmetic")

@@ -94,7 +94,7 @@ def test_the_search_keeps_only_rungs_verls_filter_keeps(tmp_path, tok):
     """The prefix search measures each rung as verl's filter will: every rung it accepts survives verl's real
     filter at that length (today it accepted assistant rungs verl then dropped); a ladder ends at the first rung
     that does not fit, and a problem with none left is prompt_too_long with the length that would fit."""
-    from verl_isocompute.workflow.curate import screen
+    from verl_isocompute.data.problem_sets import screen
     from verl_isocompute.workflow.prefix_search import guided_prompts, too_long_line
 
     frame, _ = screen(worked_arithmetic(4, terms=6), check_answers=False)

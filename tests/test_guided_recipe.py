@@ -109,7 +109,8 @@ def test_cpu_overlay_gives_the_guided_recipe_worked_problems_and_room_for_the_pr
 
 
 def test_curate_generates_worked_problems():
-    from verl_isocompute.workflow.curate import CurateError, generate
+    from verl_isocompute.data.problem_sets import generate
+    from verl_isocompute.errors import CurateError
 
     frame_ = generate("worked", 3, seed=1, terms=4, digits=2)
     assert len(frame_) == 3 and frame_.loc[0, "extra_info"]["solution"].count("\n") == 4

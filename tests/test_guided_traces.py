@@ -12,12 +12,15 @@ import pytest
 from omegaconf import OmegaConf
 from test_guided_placement import frame
 
+from verl_isocompute import errors
 from verl_isocompute.commands.cli import main
+from verl_isocompute.data import problems as prob
 from verl_isocompute.guided import spend
 from verl_isocompute.guided import traces as T
 from verl_isocompute.guided.placement import ASSISTANT, NO_TRACE, USER
 from verl_isocompute.guided.recipe import GuideOptions, prepare_guided
 from verl_isocompute.workflow import curate as c
+from verl_isocompute.workflow import sample_cache as sc
 
 TRACE = "Step one: 2x = 6.\nSo x = 3.\nThen x + 1 = 4.\nCheck 4 - 1 = 3.\nYes.\nThe answer is 4.\n"
 
@@ -38,29 +41,29 @@ def test_rejection_round_stops_at_the_first_success_or_k_samples(taken, found, p
 
 
 def test_next_round_resumes_from_the_cache_records():
-    assert c.next_round(c.progress_of(None, []), 4, 12) == (0, 4)  # not curated: curation's k first
+    assert sc.next_round(sc.progress_of(None, []), 4, 12) == (0, 4)  # not curated: curation's k first
     record = {"id": "p", "k": 4, "correct": 0}
     one = [{"id": "p", "k": 4, "correct": 0, "round": 1}]
-    assert c.next_round(c.progress_of(record, []), 4, 12) == (1, 4)
-    assert c.next_round(c.progress_of(record, one), 4, 12) == (2, 4)  # round 1 cached: continue with round 2
-    assert c.next_round(c.progress_of(record, one), 4, 8) == (2, 0)  # 8 taken of K = 8: done
-    assert c.next_round(c.progress_of(record, [{**one[0], "correct": 1}]), 4, 12) == (2, 0)  # solved in round 1
-    assert c.next_round(c.progress_of({**record, "correct": 2}, []), 4, 12) == (1, 0)  # solved by curation
+    assert sc.next_round(sc.progress_of(record, []), 4, 12) == (1, 4)
+    assert sc.next_round(sc.progress_of(record, one), 4, 12) == (2, 4)  # round 1 cached: continue with round 2
+    assert sc.next_round(sc.progress_of(record, one), 4, 8) == (2, 0)  # 8 taken of K = 8: done
+    assert sc.next_round(sc.progress_of(record, [{**one[0], "correct": 1}]), 4, 12) == (2, 0)  # solved in round 1
+    assert sc.next_round(sc.progress_of({**record, "correct": 2}, []), 4, 12) == (1, 0)  # solved by curation
 
 
 def test_cache_without_traces_is_never_mixed_silently(tmp_path):
     records = {"a": {"k": 4, "correct": 2}, "b": {"k": 4, "correct": 0}, "c": {"k": 4, "correct": 1, "traces_kept": True}}
-    assert c.to_resample(records, records, tmp_path, keep_correct=False, resample_untraced=False) == set()
-    with pytest.raises(c.CurateError, match="1 problems with correct samples taken without --keep-correct.*--resample-untraced"):
-        c.to_resample(records, records, tmp_path, keep_correct=True, resample_untraced=False)
+    assert sc.to_resample(records, records, tmp_path, keep_correct=False, resample_untraced=False) == set()
+    with pytest.raises(errors.CurateError, match="1 problems with correct samples taken without --keep-correct.*--resample-untraced"):
+        sc.to_resample(records, records, tmp_path, keep_correct=True, resample_untraced=False)
     # only "a" lost responses: "b" had nothing correct to keep, "c" kept its traces
-    assert c.to_resample(records, records, tmp_path, keep_correct=True, resample_untraced=True) == {"a"}
+    assert sc.to_resample(records, records, tmp_path, keep_correct=True, resample_untraced=True) == {"a"}
 
 
 def test_pass_k_needs_keep_correct_and_more_than_k(tmp_path):
-    with pytest.raises(c.CurateError, match="add --keep-correct"):
+    with pytest.raises(errors.CurateError, match="add --keep-correct"):
         c.CurateSettings(out=tmp_path, generate="x", pass_k=32).check()
-    with pytest.raises(c.CurateError, match="give more than --k"):
+    with pytest.raises(errors.CurateError, match="give more than --k"):
         c.CurateSettings(out=tmp_path, generate="x", k=16, pass_k=16, keep_correct=True).check()
     c.CurateSettings(out=tmp_path, generate="x", k=16, pass_k=64, keep_correct=True).check()
 
@@ -104,19 +107,19 @@ def test_missing_or_bad_traces_file_is_one_clear_error(tmp_path):
 
 def test_spend_is_recomputed_from_the_cache_on_resume(tmp_path):
     settings = {"k": 4}
-    cache = c.SampleCache(tmp_path, settings)
+    cache = sc.SampleCache(tmp_path, settings)
     cache.append({"id": "a", "k": 4, "correct": 0, "response_tokens": [5, 6, 7, 8]})
     cache.append_round({"id": "a", "k": 4, "correct": 1, "round": 1, "response_tokens": [1, 1, 1, 1]})
     cache.close()
     first = cache.spend()
     assert first == {spend.CURATION: {"a": spend.Spend(4, 26)}, spend.REJECTION_SAMPLING: {"a": spend.Spend(4, 4)}}
-    cache = c.SampleCache(tmp_path, settings)  # a rerun: one more problem, "a" re-sampled, a line cut by a kill
+    cache = sc.SampleCache(tmp_path, settings)  # a rerun: one more problem, "a" re-sampled, a line cut by a kill
     cache.append({"id": "b", "k": 4, "correct": 3, "response_tokens": [2, 2, 2, 2]})
     cache.append({"id": "a", "k": 4, "correct": 1, "response_tokens": [1, 2, 3, 4], "traces_kept": True})
     cache.close()
-    with open(tmp_path / c.SAMPLES_FILE, "a") as handle:
+    with open(tmp_path / sc.SAMPLES_FILE, "a") as handle:
         handle.write('{"id": "c", "k": 4, "corr')
-    cache = c.SampleCache(tmp_path, settings)  # resumed after the cut line: the next record is not glued to it
+    cache = sc.SampleCache(tmp_path, settings)  # resumed after the cut line: the next record is not glued to it
     cache.append({"id": "d", "k": 4, "correct": 0, "response_tokens": [0, 0, 0, 0]})
     cache.close()
     for stage, spent in cache.spend().items():
@@ -124,7 +127,7 @@ def test_spend_is_recomputed_from_the_cache_on_resume(tmp_path):
     # every sampling counts once: "a"'s replaced record too (it was spent), the cut line not (never finished)
     assert spend.read(tmp_path) == {spend.CURATION: spend.Spend(16, 44), spend.REJECTION_SAMPLING: spend.Spend(4, 4)}
     assert cache.load()["a"]["correct"] == 1  # the difficulty uses the newest record
-    assert c.trace_counts(cache.load(), cache.load_rounds(), [], 8)["rejection"] == {
+    assert sc.trace_counts(cache.load(), cache.load_rounds(), [], 8)["rejection"] == {
         "problems": 1, "rounds": 1, "samples": 4, "problems_solved": 1}
 
 
@@ -149,7 +152,7 @@ def _curated_dir(tmp_path: Path, df: pd.DataFrame, keep: dict[int, list[dict]]) 
     writer = T.TraceWriter((out.mkdir() or out) / T.TRACES_FILE)
     for i, kept in keep.items():
         row = df.iloc[i]
-        pid = c.problem_id(c.messages_of(row["prompt"]), c.ground_truth_of(row["reward_model"]))
+        pid = prob.problem_id(prob.messages_of(row["prompt"]), prob.ground_truth_of(row["reward_model"]))
         writer.write(T.trace_lines(pid, 0, kept))
     writer.close()
     return out

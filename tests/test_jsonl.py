@@ -18,9 +18,9 @@ from typing import Any, Callable
 
 import pytest
 
-from verl_isocompute import jsonl, runlog
+from verl_isocompute import errors, jsonl, runlog
 from verl_isocompute.guided import traces as T
-from verl_isocompute.workflow import curate as c
+from verl_isocompute.workflow import sample_cache as sc
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,8 @@ def _run_log_append(folder: Path, rows: list[dict]) -> None:
         runlog.RunLogWriter(folder)._append(row)  # the writer's append, without the row-key check
 
 
-def _cache(folder: Path) -> c.SampleCache:
-    return c.SampleCache(folder, {"k": 4})
+def _cache(folder: Path) -> sc.SampleCache:
+    return sc.SampleCache(folder, {"k": 4})
 
 
 def _cache_append(folder: Path, rows: list[dict]) -> None:
@@ -64,7 +64,7 @@ def _traces_append(folder: Path, rows: list[dict]) -> None:
 
 READERS = [
     Reader("run log", runlog.RUN_LOG, _run_log_rows, runlog.RunLogError, _run_log_append),
-    Reader("curation cache", c.SAMPLES_FILE, lambda folder: _cache(folder).records(), c.CurateError, _cache_append),
+    Reader("curation cache", sc.SAMPLES_FILE, lambda folder: _cache(folder).records(), errors.CurateError, _cache_append),
     Reader("traces", T.TRACES_FILE, T.read_traces, T.TracesError, _traces_append),
 ]
 

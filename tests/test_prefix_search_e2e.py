@@ -26,12 +26,11 @@ import pandas as pd
 import pytest
 from verl_runs import PARITY_REWARD
 
-from verl_isocompute.data.problems import row_problem_id
+from verl_isocompute.data.problems import problem_id, row_problem_id
 from verl_isocompute.data.worked import worked_arithmetic
 from verl_isocompute.guided import placement as G
 from verl_isocompute.guided import traces as T
 from verl_isocompute.guided.prefixes import prefix_ladder
-from verl_isocompute.workflow.curate import problem_id
 
 pytestmark = pytest.mark.e2e
 K, MAX_FRACTION = 2, 0.6

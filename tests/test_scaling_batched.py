@@ -17,15 +17,9 @@ import pytest
 
 from verl_isocompute.scaling import ScalingError, load_curve
 from verl_isocompute.scaling.curve import sigmoid_log2_n
-from verl_isocompute.scaling.fit import (
-    SaturatingCurve,
-    _refit_batch,
-    _running_mean,
-    _sigmoid_batch,
-    bin_points,
-    fit_saturating,
-    fit_sigmoid,
-)
+from verl_isocompute.scaling.envelope import running_mean
+from verl_isocompute.scaling.saturating import SaturatingCurve, bin_points, fit_saturating, refit_batch
+from verl_isocompute.scaling.sigmoid_fit import fit_sigmoid, sigmoid_batch
 from verl_isocompute.scaling.frontier import record_breaking, record_mask
 from verl_isocompute.scaling.pipeline import FitOptions
 
@@ -37,7 +31,7 @@ def test_running_mean_is_pandas_rolling_over_the_valid_points(window):
     valid = rng.random((6, 40)) > 0.3
     valid[0] = True
     valid[1, :] = False
-    out = _running_mean(values, valid, window)
+    out = running_mean(values, valid, window)
     for row in range(6):
         expected = pd.Series(values[row][valid[row]]).rolling(window, center=True, min_periods=1).mean().to_numpy()
         np.testing.assert_allclose(out[row][valid[row]], expected, rtol=1e-12, atol=1e-12)
@@ -62,7 +56,7 @@ def test_batched_refits_land_where_scipy_does(shared_r0):
     u, y, w = (np.zeros((len(problems), width)) for _ in range(3))
     for i, (c, yy, ww) in enumerate(problems):
         u[i, : len(c)], y[i, : len(c)], w[i, : len(c)] = np.log(c), yy, ww
-    batched = _refit_batch(u, y, w, None if r0 is None else np.full(len(problems), r0), starts)
+    batched = refit_batch(u, y, w, None if r0 is None else np.full(len(problems), r0), starts)
     for (c, yy, ww), start, row in zip(problems, starts, batched):
         scipy_fit = fit_saturating(c, yy, ww, r0=r0, start=start)[0]
         got = SaturatingCurve(row[0], row[1], math.exp(row[2]), row[3])
@@ -75,7 +69,7 @@ def test_batched_sigmoid_refits_land_where_scipy_does():
     x = np.linspace(3.0, 8.0, 80)
     rows = [sigmoid_log2_n(x, curve.L, curve.k, curve.log10_C0, curve.b) + rng.normal(0, 0.2, len(x)) for _ in range(8)]
     start = np.array([curve.L, curve.k, curve.log10_C0, curve.b]) * 1.05
-    fitted, converged = _sigmoid_batch(np.tile(x, (8, 1)), np.array(rows), np.ones((8, len(x))), start, (3.0, 10.0), 50.0)
+    fitted, converged = sigmoid_batch(np.tile(x, (8, 1)), np.array(rows), np.ones((8, len(x))), start, (3.0, 10.0), 50.0)
     assert converged.all()
     for y, got in zip(rows, fitted):
         want = fit_sigmoid(x, y, (3.0, 10.0), start=start)

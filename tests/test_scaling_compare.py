@@ -20,18 +20,19 @@ from verl_isocompute.scaling.compare import (
     NO_BUDGET,
     NOT_REACHED,
     REACHED,
-    REWARD_CURVES_KEY,
+    compare_at,
+    format_table,
+)
+from verl_isocompute.scaling.curve import REWARD_CURVES_KEY, Curve
+from verl_isocompute.scaling.reward_curves import (
     CompareError,
     RewardCurve,
-    compare_at,
     compute_to_reach,
-    format_table,
     reward_curves_field,
     reward_curves_from,
     select,
 )
-from verl_isocompute.scaling.curve import Curve
-from verl_isocompute.scaling.fit import SaturatingCurve
+from verl_isocompute.scaling.saturating import SaturatingCurve
 from verl_isocompute.scaling.synthetic import (
     curves_for,
     synthetic_sweep,

@@ -25,7 +25,8 @@ from verl_isocompute.scaling import (
     fit_sigmoid,
     load_curve,
 )
-from verl_isocompute.scaling.fit import SaturatingCurve, sigmoid_log2_n
+from verl_isocompute.scaling.curve import sigmoid_log2_n
+from verl_isocompute.scaling.saturating import SaturatingCurve
 from verl_isocompute.scaling.synthetic import (
     PAPER_N_GRID,
     crossover,

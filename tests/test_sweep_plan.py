@@ -11,7 +11,9 @@ import sys
 import pytest
 import yaml
 
+from verl_isocompute.runlog import RUN_LOG
 from verl_isocompute.workflow.sweep import runner
+from verl_isocompute.workflow.sweep.executors import RayJobExecutor, RayOptions
 from verl_isocompute.workflow.sweep.plan import (
     PAPER_B_MAX,
     PAPER_B_PROBLEM,
@@ -177,7 +179,7 @@ class FakeExecutor:
             reward = 0.1 + (ceiling - 0.1) / (1 + 8.0 * cell.n / max(c, 1))
             lines.append(json.dumps({"step": step, "n": cell.n, "b_problem": cell.b_problem, "rollouts": c,
                                      "tokens": c * 10.0, "val/avg@4": reward}))
-        (run_dir / runner.RUN_LOG).write_text("\n".join(lines) + "\n")
+        (run_dir / RUN_LOG).write_text("\n".join(lines) + "\n")
 
     def poll(self, handle):
         cell = handle.cell
@@ -223,7 +225,7 @@ def test_sweep_runs_every_cell_once_and_resumes_without_rerunning(tmp_path):
     assert state["cells"]["b4_n2"]["status"] == "failed" and "status 1" in state["cells"]["b4_n2"]["reason"]
     assert state["cells"]["b4_n4"]["status"] == "failed" and "ended at step 3 of 4" in state["cells"]["b4_n4"]["reason"]
     assert set(summary["failed"]) == {"b4_n2", "b4_n4"}
-    done_log = (tmp_path / "sweep" / "cells" / "b2_n2" / runner.RUN_LOG).read_text()
+    done_log = (tmp_path / "sweep" / "cells" / "b2_n2" / RUN_LOG).read_text()
 
     second = FakeExecutor()
     _sweep(plan, second).run()
@@ -231,7 +233,7 @@ def test_sweep_runs_every_cell_once_and_resumes_without_rerunning(tmp_path):
     state = json.loads((tmp_path / "sweep" / runner.STATE_FILE).read_text())
     assert all(r["status"] == "done" for r in state["cells"].values())
     assert state["cells"]["b2_n2"]["attempts"] == 1 and state["cells"]["b4_n4"]["attempts"] == 2
-    assert (tmp_path / "sweep" / "cells" / "b2_n2" / runner.RUN_LOG).read_text() == done_log
+    assert (tmp_path / "sweep" / "cells" / "b2_n2" / RUN_LOG).read_text() == done_log
     # the failed attempts were moved aside, so each cell's log holds each step once
     assert sorted(p.name for p in (tmp_path / "sweep" / runner.ATTEMPTS_DIR).iterdir()) == ["b4_n2-attempt1", "b4_n4-attempt1"]
     steps = runner.logged_steps(tmp_path / "sweep" / "cells" / "b4_n4")
@@ -311,20 +313,20 @@ def test_unreachable_ray_address_fails_fast():
     import time
 
     start = time.monotonic()
-    executor = runner.RayJobExecutor(runner.RayOptions("127.0.0.1:9"))  # building it connects to nothing
+    executor = RayJobExecutor(RayOptions("127.0.0.1:9"))  # building it connects to nothing
     with pytest.raises(runner.SweepError, match="cannot reach a Ray cluster at http://127.0.0.1:9"):
         executor.connect()
     assert time.monotonic() - start < 5
     with pytest.raises(runner.SweepError, match="dashboard's HTTP address"):
-        runner.RayOptions("ray://127.0.0.1:10001")
+        RayOptions("ray://127.0.0.1:10001")
 
 
 def test_ray_job_entrypoints():
     plan = parse_plan({"recipe": "cpu_demo", "budget_rollouts": 8, "b_problem": [2], "n": [4]})
-    executor = runner.RayJobExecutor(runner.RayOptions("127.0.0.1:8265", mode="private"))  # no cluster needed
+    executor = RayJobExecutor(RayOptions("127.0.0.1:8265", mode="private"))  # no cluster needed
     command = executor.entrypoint(plan, ["a=1", "b=x y"])
     assert command == "RAY_ADDRESS=local python -m verl_isocompute.main --config-name cpu_demo a=1 'b=x y'"
-    executor = runner.RayJobExecutor(runner.RayOptions("127.0.0.1:8265", max_concurrent=4, mode="join"))
+    executor = RayJobExecutor(RayOptions("127.0.0.1:8265", max_concurrent=4, mode="join"))
     assert executor.max_concurrent == 1  # one verl run per cluster at a time in join mode
     assert executor.entrypoint(plan, ["a=1"]).endswith(
         "a=1 ++ray_kwargs.ray_init.num_cpus=null ++ray_kwargs.ray_init.num_gpus=null")
@@ -353,7 +355,7 @@ def test_cell_id():
 
 
 def test_transfer_queue_controller_is_global_to_a_ray_cluster():
-    """Why Ray cells run in private Ray instances by default (runner.RayJobExecutor): if TransferQueue ever
+    """Why Ray cells run in private Ray instances by default (RayJobExecutor): if TransferQueue ever
     names its controller per run, verl runs could share a cluster and this can be revisited."""
     import inspect
 

@@ -61,3 +61,17 @@ def install() -> None:
     """Add the alias finder once (idempotent). It claims only the names in :data:`MOVED`."""
     if not any(isinstance(f, _Alias) for f in sys.meta_path):
         sys.meta_path.insert(0, _Alias())
+
+
+def moved_names(module: str, moved: dict[str, str]):
+    """A module-level ``__getattr__`` for names that moved out of ``module`` when it was split (0.2): each
+    resolves from its new home (the same object) with a ``DeprecationWarning`` naming it, for one release.
+    ``moved``: name -> the module it lives in now. Any other missing name is the usual AttributeError."""
+
+    def __getattr__(name: str):
+        if name in moved:
+            warnings.warn(f"{module}.{name} moved to {moved[name]}; the old path goes away in 0.3", DeprecationWarning, stacklevel=2)
+            return getattr(importlib.import_module(moved[name]), name)
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__

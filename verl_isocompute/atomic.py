@@ -70,6 +70,21 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     return write_bytes(path, text.encode("utf-8"))
 
 
+def write_parquet(path: str | os.PathLike, frame: Any, index: bool = False) -> Path:
+    """A pandas DataFrame as parquet (without the index, as verl's readers expect rows)."""
+    with replacing(path) as tmp:
+        frame.to_parquet(tmp, index=index)
+    return Path(path)
+
+
+def save_figure(path: str | os.PathLike, fig: Any, **savefig_kwargs: Any) -> Path:
+    """A matplotlib Figure as an image, in the format of the path's suffix (png by default)."""
+    path = Path(path)
+    with replacing(path) as tmp:
+        fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", **savefig_kwargs)
+    return path
+
+
 def write_json(path: str | os.PathLike, data: Any, indent: int | None = 2, **dumps_kwargs: Any) -> Path:
     """Write ``data`` as JSON (with a final newline) to ``path`` atomically."""
     return write_text(path, json.dumps(data, indent=indent, **dumps_kwargs) + "\n")

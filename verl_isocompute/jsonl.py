@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_isocompute import atomic
+from verl_isocompute.errors import IsoComputeError
 
 try:  # verl's file logger writes with orjson, so it comes with verl; plain json does the same, slower
     import orjson
@@ -41,7 +42,7 @@ except ImportError:  # pragma: no cover
     _LOADS = (json.loads,)
 
 
-class JsonlError(ValueError):
+class JsonlError(IsoComputeError, ValueError):
     """A JSON-lines file that cannot be read; the message names the file (and the line) and the fix."""
 
 

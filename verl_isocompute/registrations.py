@@ -9,8 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
-from verl_isocompute.guided.placement import PREFIX_AGENT
-from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, GRPO_ESTIMATOR, TRAINER
+from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, GRPO_ESTIMATOR, PLATFORM_NAME, PREFIX_AGENT, ROLLOUT_NAME, TRAINER
 
 
 def _attr(module: str, name: str):
@@ -19,9 +18,9 @@ def _attr(module: str, name: str):
 
 # name -> probe returning True when verl can see the registration in this process.
 EXPECTED: dict[str, Callable[[], bool]] = {
-    "platform cpu": lambda: _attr("verl.plugin.platform", "PlatformRegistry").get("cpu") is not None,
-    "rollout hf (replica)": lambda: "hf" in _attr("verl.workers.rollout.replica", "RolloutReplicaRegistry")._registry,
-    "rollout hf (adapter)": lambda: ("hf", "async") in _attr("verl.workers.rollout.base", "_ROLLOUT_REGISTRY"),
+    f"platform {PLATFORM_NAME}": lambda: _attr("verl.plugin.platform", "PlatformRegistry").get(PLATFORM_NAME) is not None,
+    f"rollout {ROLLOUT_NAME} (replica)": lambda: ROLLOUT_NAME in _attr("verl.workers.rollout.replica", "RolloutReplicaRegistry")._registry,
+    f"rollout {ROLLOUT_NAME} (adapter)": lambda: (ROLLOUT_NAME, "async") in _attr("verl.workers.rollout.base", "_ROLLOUT_REGISTRY"),
     **{
         f"estimator {name}": (lambda name=name: name in _attr("verl.trainer.ppo.core_algos", "ADV_ESTIMATOR_REGISTRY"))
         for name in (GRPO_ESTIMATOR, DECOUPLED_ESTIMATOR)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 import warnings
 from dataclasses import replace
 
@@ -28,8 +27,9 @@ from verl_isocompute.scaling.allocation import (
     AllocationError,
     allocate_config,
 )
-from verl_isocompute.scaling.curve import CurveError, preset_names
-from verl_isocompute.scaling.errors import ScalingError
+from verl_isocompute.commands.cli import error
+from verl_isocompute.errors import IsoComputeError
+from verl_isocompute.scaling.curve import preset_names
 from verl_isocompute.training.allocation_hook import overrides
 
 PROG = "isocompute allocate"
@@ -174,9 +174,8 @@ def run(args: argparse.Namespace) -> int:
             from verl_isocompute.scaling.compare import for_allocation
 
             comparison = for_allocation(settings.curve, allocation, args.compare, args.format)
-    except (AllocationError, CurveError, ScalingError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+    except IsoComputeError as exc:  # an allocation, curve or scaling error: one line
+        return error(PROG, str(exc))
     if args.format == "json":
         print(json.dumps({**allocation.to_dict(), **({"compare": comparison} if args.compare else {})}, indent=2, allow_nan=False))
     elif args.format == "overrides":

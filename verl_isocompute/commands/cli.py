@@ -5,7 +5,8 @@ only the module of the subcommand being run is imported, so ``isocompute fit`` n
 
 A closed pipe (``isocompute allocate ... | head -1``, ``isocompute fit ... | true``) is not an error: the
 reader has gone, so the rest of the output is dropped and the command finishes its work and exits with
-its own status. This is handled here, once, for every subcommand (:func:`closed_pipe_safe`).
+its own status. This is handled here, once, for every subcommand (:func:`closed_pipe_safe`). So is bad input:
+any :class:`~verl_isocompute.errors.IsoComputeError` a subcommand raises is one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import os
 import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
+
+from verl_isocompute.errors import IsoComputeError
 
 # name -> (module, one-line help). Order is the order of a user's day.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -124,10 +127,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def error(prog: str, message: str) -> int:
+    """How every subcommand refuses: one line on stderr, ``PROG: error: MESSAGE``, and exit status 2."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    with closed_pipe_safe():
-        return int(args._module.run(args) or 0)
+    try:
+        with closed_pipe_safe():
+            return int(args._module.run(args) or 0)
+    except IsoComputeError as exc:  # the package's errors carry their fix: one line, never a traceback
+        return error(f"isocompute {args.command}", str(exc))
 
 
 if __name__ == "__main__":

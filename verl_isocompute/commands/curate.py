@@ -42,42 +42,47 @@ def _gen_arg(text: str) -> tuple[str, object]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from verl_isocompute.workflow import curate as c
+    from dataclasses import fields
+
+    from verl_isocompute.workflow.curate import CurateSettings
+
+    # every default is CurateSettings' own, so the command line and the library agree (written once)
+    default = {f.name: f.default for f in fields(CurateSettings)}
 
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", nargs="+", metavar="FILE", help="verl-format parquet files (prompt, reward_model.ground_truth, ...)")
     source.add_argument("--generate", metavar="TASK", help="a reasoning-gym task to generate problems from, e.g. basic_arithmetic; or worked: arithmetic "
                              "chains with a worked solution per problem (--gen-arg terms=5 --gen-arg digits=2), for "
                              "prefix-search and guided training")
-    parser.add_argument("--size", type=int, default=200, help="problems to generate with --generate (default %(default)s)")
+    parser.add_argument("--size", type=int, default=default["size"], help="problems to generate with --generate (default %(default)s)")
     parser.add_argument("--gen-arg", type=_gen_arg, action="append", default=[], metavar="KEY=VALUE",
                         help="generator option, repeatable (e.g. --gen-arg max_digits=3)")
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="output directory (also the sample cache)")
-    parser.add_argument("--recipe", default="cpu_demo", help="recipe giving model, rollout and reward (default %(default)s)")
+    parser.add_argument("--recipe", default=default["recipe"], help="recipe giving model, rollout and reward (default %(default)s)")
     parser.add_argument("--model", default=None, help="tiny | smollm2 | a local checkpoint path (default: the recipe's)")
     parser.add_argument("--rollout", choices=("hf", "vllm"), default=None,
                         help="rollout backend (default: the recipe's; hf on CPU recipes, vllm needs GPUs)")
-    parser.add_argument("--k", type=int, default=c.DEFAULT_K, help="samples per problem (default %(default)s, the paper's avg@16)")
-    parser.add_argument("--temperature", type=float, default=c.DEFAULT_TEMPERATURE, help="sampling temperature (default %(default)s)")
-    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default %(default)s)")
-    parser.add_argument("--top-k", type=int, default=-1, help="top-k sampling, -1 = off (default %(default)s)")
+    parser.add_argument("--k", type=int, default=default["k"], help="samples per problem (default %(default)s, the paper's avg@16)")
+    parser.add_argument("--temperature", type=float, default=default["temperature"], help="sampling temperature (default %(default)s)")
+    parser.add_argument("--top-p", type=float, default=default["top_p"], help="nucleus sampling (default %(default)s)")
+    parser.add_argument("--top-k", type=int, default=default["top_k"], help="top-k sampling, -1 = off (default %(default)s)")
     parser.add_argument("--max-response-length", type=int, default=None, help="response tokens (default: the recipe's)")
-    t = c.Thresholds()
+    t = default["thresholds"]
     parser.add_argument("--easy", type=_band, default=t.easy, metavar="LO,HI", help="avg@k band of Easy (default 0.3,0.6)")
     parser.add_argument("--hard", type=_band, default=t.hard, metavar="LO,HI", help="avg@k band of Hard (default 0,0.0625)")
     parser.add_argument("--very-easy", type=_band, default=t.very_easy, metavar="LO,HI", help="avg@k band of Very easy (default 0.6,0.9)")
     parser.add_argument("--extremely-hard-max-pass", type=float, default=t.extremely_hard_max_pass, metavar="P",
                         help="Extremely hard: pass@k <= P (default 0: no sample correct)")
-    parser.add_argument("--mixture-size", type=int, default=c.DEFAULT_MIXTURE_SIZE, help="target size of each mixture (default %(default)s)")
-    parser.add_argument("--sets", default=",".join(c.SETS), help="sets to write train/val splits for (default: all)")
-    parser.add_argument("--val-size", type=int, default=c.DEFAULT_VAL_SIZE, help="validation problems per set (default %(default)s)")
-    parser.add_argument("--max-val-fraction", type=float, default=c.DEFAULT_MAX_VAL_FRACTION,
+    parser.add_argument("--mixture-size", type=int, default=default["mixture_size"], help="target size of each mixture (default %(default)s)")
+    parser.add_argument("--sets", default=",".join(default["sets"]), help="sets to write train/val splits for (default: all)")
+    parser.add_argument("--val-size", type=int, default=default["val_size"], help="validation problems per set (default %(default)s)")
+    parser.add_argument("--max-val-fraction", type=float, default=default["max_val_fraction"],
                         help="at most this share of a set is held out (default %(default)s)")
-    parser.add_argument("--tune-size", type=int, default=0,
+    parser.add_argument("--tune-size", type=int, default=default["tune_size"],
                         help="also hold out this many of each set's training problems as sets/<set>/tune.parquet, to choose "
                              "settings on without touching the validation problems (default %(default)s: none)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the generator, mixtures and splits (default %(default)s)")
-    parser.add_argument("--concurrency", type=int, default=64, help="problems in flight at once (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=default["seed"], help="seed of the generator, mixtures and splits (default %(default)s)")
+    parser.add_argument("--concurrency", type=int, default=default["concurrency"], help="problems in flight at once (default %(default)s)")
     parser.add_argument("--ray-address", default=None, metavar="ADDR",
                         help="join this running Ray cluster, as ray.init takes it (host:6379 or auto), instead of "
                              "starting a private instance; it must offer the replicas' GPUs")
@@ -95,11 +100,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --keep-correct on a cache made without it: sample again the cached problems whose "
                              "correct responses were not kept (their avg@k is measured anew)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="verl-style overrides of the recipe")
-
-
-def _error(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    return 2
 
 
 def settings_from_args(args: argparse.Namespace):
@@ -121,26 +121,25 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from verl_isocompute.commands.cli import error
+    from verl_isocompute.errors import IsoComputeError
     from verl_isocompute.workflow import curate as c
     from verl_isocompute.workflow.launch import Interrupted
+    from verl_isocompute.workflow.sample_cache import SAMPLES_FILE
 
     try:
         settings = settings_from_args(args)
         settings.check()  # before any start-up: a bad flag costs nothing
-    except c.CurateError as exc:
-        return _error(str(exc))
-
-    from verl_isocompute.cpu.models import ModelError
-    from verl_isocompute.guided.traces import TracesError
-    from verl_isocompute.training.config import RecipeError
+    except IsoComputeError as exc:
+        return error(PROG, str(exc))
 
     try:
         summary = c.curate(settings)
-    except (c.CurateError, RecipeError, ModelError, TracesError) as exc:
-        return _error(str(exc))
+    except IsoComputeError as exc:  # a recipe, model, traces or curation error: one line
+        return error(PROG, str(exc))
     except Interrupted as exc:
         print(f"{PROG}: stopped by {exc}; Ray is stopped; kept the samples taken so far in "
-              f"{settings.out / c.SAMPLES_FILE}: rerun the same command to resume", file=sys.stderr)
+              f"{settings.out / SAMPLES_FILE}: rerun the same command to resume", file=sys.stderr)
         return exc.exit_code
     print(f"[curate] splits: {summary['splits']}", file=sys.stderr)
     print(f"[curate] mixtures: { {k: v['size'] for k, v in summary['mixtures'].items()} }", file=sys.stderr)

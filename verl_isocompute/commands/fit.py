@@ -23,6 +23,8 @@ from pathlib import Path
 from verl_isocompute.scaling.curve import COMPUTE_UNITS
 from verl_isocompute.scaling.pipeline import FitOptions, run_fit
 
+PROG = "isocompute fit"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUNS", help="run directories, log files, or directories to search")
@@ -77,8 +79,10 @@ def options_from_args(args: argparse.Namespace) -> FitOptions:
 
 
 def run(args: argparse.Namespace) -> int:
-    from verl_isocompute.scaling.curve import STALE_CURVE_FILE, CurveError, load_curve
-    from verl_isocompute.scaling.errors import FitError, ScalingError
+    from verl_isocompute.commands.cli import error
+    from verl_isocompute.errors import IsoComputeError
+    from verl_isocompute.scaling.curve import STALE_CURVE_FILE, load_curve
+    from verl_isocompute.scaling.errors import FitError
 
     try:
         compare = load_curve(args.compare) if args.compare else None
@@ -87,9 +91,8 @@ def run(args: argparse.Namespace) -> int:
     except FitError as exc:
         _error(f"{exc}\nNothing was written; previous outputs in {args.out} are untouched.")
         return 1
-    except (ScalingError, CurveError) as exc:
-        _error(str(exc))
-        return 2
+    except IsoComputeError as exc:  # a scaling or curve error: one line
+        return error(PROG, str(exc))
     except OSError as exc:
         if exc.filename and not _inside(exc.filename, args.out):  # an input, read where records.py does not look
             _error(f"cannot read {exc.filename}: {exc.strerror or exc}; nothing was written")
@@ -119,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m verl_isocompute.commands.fit``: the same as ``isocompute fit``."""
-    parser = argparse.ArgumentParser(prog="isocompute fit", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
@@ -145,7 +148,7 @@ def _inside(path: str, folder: Path) -> bool:
 
 
 def _error(message: str) -> None:
-    print(f"isocompute fit: error: {message}", file=sys.stderr)
+    print(f"{PROG}: error: {message}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -68,12 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--restart", action="store_true", help="discard the cached rung samples in OUT")
 
 
-def _error(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    return 2
-
-
 def run(args: argparse.Namespace) -> int:
+    from verl_isocompute.commands.cli import error
+    from verl_isocompute.errors import IsoComputeError
     from verl_isocompute.guided.prefix_search import PLOT_FILE, PREFIXES_FILE, RECORDS_FILE
     from verl_isocompute.workflow import prefix_search as ps
     from verl_isocompute.workflow.launch import Interrupted
@@ -89,17 +86,13 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         settings.check()  # before any start-up: a bad flag costs nothing
-    except ps.PrefixSearchError as exc:
-        return _error(str(exc))
-
-    from verl_isocompute.cpu.models import ModelError
-    from verl_isocompute.training.config import RecipeError
-    from verl_isocompute.workflow.curate import CurateError
+    except IsoComputeError as exc:
+        return error(PROG, str(exc))
 
     try:
         summary = ps.prefix_search(settings)
-    except (CurateError, RecipeError, ModelError) as exc:
-        return _error(str(exc))
+    except IsoComputeError as exc:  # a recipe, model or search error: one line
+        return error(PROG, str(exc))
     except Interrupted as exc:
         records = settings.out / RECORDS_FILE
         kept = (f"kept the rungs sampled so far in {records}" if records.is_file() and records.stat().st_size

@@ -36,18 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
 
 
-def _error(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    return 2
-
-
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from verl_isocompute.training.config import RecipeError
+    from verl_isocompute.commands.cli import error
+    from verl_isocompute.errors import IsoComputeError
     from verl_isocompute.workflow.sweep.plan import PlanError, describe, load_plan
     from verl_isocompute.workflow.sweep.preflight import preflight
-    from verl_isocompute.workflow.sweep.state import SweepError
 
     try:
         plan = load_plan(args.plan)
@@ -57,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
             raise PlanError(f"--max-concurrent must be at least 1, got {args.max_concurrent}")
         # the whole plan, before the first cell (and in a dry run): data, recipe, overrides, fit and ray
         checked = preflight(plan)
-    except (PlanError, RecipeError, SweepError) as exc:
-        return _error(str(exc))
+    except IsoComputeError as exc:  # a plan, recipe or sweep error: one line
+        return error(PROG, str(exc))
     print(describe(plan))
     if args.dry_run:
         return 0
@@ -68,10 +63,12 @@ def run(args: argparse.Namespace) -> int:
 def _run_sweep(plan, checked, args: argparse.Namespace) -> int:
     import signal
 
+    from verl_isocompute.commands.cli import error
+    from verl_isocompute.errors import IsoComputeError
     from verl_isocompute.workflow.sweep import runner
     from verl_isocompute.workflow.sweep.executors import LocalExecutor, RayJobExecutor
-    from verl_isocompute.workflow.sweep.plan import PlanError
     from verl_isocompute.workflow.sweep.preflight import ray_options
+    from verl_isocompute.workflow.sweep.state import clear_sweep
 
     sweep_dir = Path(plan.sweep_dir)
     address = args.ray_address or plan.ray.get("address")
@@ -85,10 +82,10 @@ def _run_sweep(plan, checked, args: argparse.Namespace) -> int:
         else:
             executor = LocalExecutor()
         if args.restart:
-            runner.clear_sweep(sweep_dir)
+            clear_sweep(sweep_dir)
         sweep = runner.Sweep(plan, executor, progress=not args.no_progress, cell_check=checked.cell_check)
-    except (PlanError, runner.SweepError) as exc:
-        return _error(str(exc))
+    except IsoComputeError as exc:
+        return error(PROG, str(exc))
 
     try:
         summary = sweep.run()
@@ -96,8 +93,8 @@ def _run_sweep(plan, checked, args: argparse.Namespace) -> int:
         print(f"{PROG}: stopped by {exc}; the running cells and their Ray processes are stopped; kept the sweep "
               f"state {sweep.state.path} and the finished cells: rerun the same command to resume", file=sys.stderr)
         return exc.exit_code
-    except runner.SweepError as exc:
-        return _error(str(exc))
+    except IsoComputeError as exc:
+        return error(PROG, str(exc))
 
     counts = summary["counts"]
     print(f"[sweep] cells: {counts.get(runner.FINISHED, 0)} done, {counts.get(runner.FAILED, 0)} failed, "

@@ -16,34 +16,14 @@ import sys
 # Nothing here imports verl at module level: importing verl loads our plugin, which imports this package,
 # so a verl import here would run the plugin against a half-initialised package (and verl would hide the
 # error). The platform class is imported inside register().
-PLATFORM_NAME = "cpu"
-ROLLOUT_NAME = "hf"
+from verl_isocompute.cpu.threads import THREADS_ENV, cpu_threads, record_cpu_threads  # the package's API
+from verl_isocompute.training.names import PLATFORM_NAME, ROLLOUT_NAME
+
 ADAPTER_PATH = "verl_isocompute.cpu.hf_rollout.HFServerAdapter"
-THREADS_ENV = "ISOCOMPUTE_CPU_THREADS"
 _runtime_applied = False
 
-
-def cpu_threads() -> int:
-    """Threads a computing CPU process of the run uses: ``ISOCOMPUTE_CPU_THREADS``, else the cores this
-    process may run on. Ray starts every worker with ``OMP_NUM_THREADS=1`` (it assumes many small tasks
-    share the cores); verl's trainer computes in one process at a time (rollout, then log-probs, then the
-    update), so one thread would leave all but one core idle."""
-    value = os.environ.get(THREADS_ENV, "").strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value)
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def record_cpu_threads() -> int:
-    """In the driver, before Ray starts: fix the thread count its workers will use (an ``OMP_NUM_THREADS``
-    the user set wins), passed to them through the environment they inherit."""
-    if not os.environ.get(THREADS_ENV, "").strip():
-        user = os.environ.get("OMP_NUM_THREADS", "").strip()
-        os.environ[THREADS_ENV] = user if user.isdigit() and int(user) > 0 else str(cpu_threads())
-    return cpu_threads()
+__all__ = ["ADAPTER_PATH", "PLATFORM_NAME", "ROLLOUT_NAME", "THREADS_ENV", "apply_cpu_runtime", "cpu_selected", "cpu_threads",
+           "record_cpu_threads", "register"]
 
 
 def _load_hf_replica():

@@ -31,8 +31,10 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
-from . import ROLLOUT_NAME, cpu_threads
+from verl_isocompute.training.names import ROLLOUT_NAME
+
 from .sampler import BatchSampler, SamplingParams
+from .threads import cpu_threads
 
 logger = logging.getLogger(__name__)
 

@@ -20,6 +20,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from verl_isocompute.errors import IsoComputeError
+
 MODEL_NAMES = ("smollm2", "tiny")
 DEFAULT_MODEL = "smollm2"
 
@@ -33,7 +35,7 @@ CHATML_TEMPLATE = (
 _SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
-class ModelError(RuntimeError):
+class ModelError(IsoComputeError, RuntimeError):
     """A model that cannot be built or used; the message names the fix."""
 
 

@@ -134,8 +134,7 @@ def write_arithmetic_dataset(out_dir: Path, spec: ArithmeticSpec = ArithmeticSpe
         for i, p in enumerate(problems[spec.val_size :])
     ]
     for rows, path in ((rows_train, train), (rows_val, val)):
-        with atomic.replacing(path) as tmp:
-            pd.DataFrame(rows).to_parquet(tmp, index=False)
+        atomic.write_parquet(path, pd.DataFrame(rows))
     return train, val
 
 
@@ -148,8 +147,7 @@ def write_problems(path: Path, spec: ArithmeticSpec, size: int) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         rows = [to_verl_row(p["question"], p["answer"], "curate", i, prompt=spec.prompt)
                 for i, p in enumerate(_problems(spec, size))]
-        with atomic.replacing(path) as tmp:
-            pd.DataFrame(rows).to_parquet(tmp, index=False)
+        atomic.write_parquet(path, pd.DataFrame(rows))
     return path
 
 

@@ -91,6 +91,5 @@ def write_worked_dataset(out_dir: Path, spec: WorkedSpec = WorkedSpec()) -> tupl
         split = "val" if path == val else "train"
         frame = frame.reset_index(drop=True).assign(
             extra_info=[{**info, "split": split, "index": i} for i, info in enumerate(frame["extra_info"])])
-        with atomic.replacing(path) as tmp:
-            frame.to_parquet(tmp, index=False)
+        atomic.write_parquet(path, frame)
     return train, val

@@ -42,10 +42,10 @@ import pandas as pd
 
 from verl_isocompute.data.problems import row_problem_id
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION, Prefix, lookup, prefixes_at, skip_reason
+from verl_isocompute.training.names import PREFIX_AGENT
 
 USER, ASSISTANT = "user", "assistant"
 PLACEMENTS = (USER, ASSISTANT)
-PREFIX_AGENT = "isocompute_prefix_continuation"  # our registered agent loop for the assistant placement
 DEFAULT_AGENT = "single_turn_agent"  # verl's default agent loop (rollout.agent.default_agent_loop)
 NO_USER_TURN = "no_user_turn"  # a row whose prompt has no user message to put a POPE prefix in
 NO_TRACE = "no_trace"  # with traces as the source: the problem has no kept correct response (guided/traces.py)
@@ -243,6 +243,5 @@ def write_guided(train_file, out_file, solution_key: str, **options) -> GuidedDa
     from verl_isocompute import atomic
 
     result = guided_dataset(pd.read_parquet(train_file), solution_key, **options)
-    with atomic.replacing(out_file) as tmp:
-        result.frame.to_parquet(tmp, index=False)
+    atomic.write_parquet(out_file, result.frame)
     return result

@@ -228,13 +228,11 @@ def render_report(summary: Mapping[str, Any], settings: Mapping[str, Any]) -> st
 
 def plot_prefixes(table: pd.DataFrame, k: int, path: Path, max_fraction: float = DEFAULT_MAX_FRACTION) -> Path:
     """Left: how many problems got each prefix fraction; right: guided avg@k at the chosen rung vs fraction."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from verl_isocompute.figures import agg_figure
 
     chosen = table[table["status"] == CHOSEN]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    fig = agg_figure(figsize=(10, 4))
+    left, right = fig.subplots(1, 2)
     bins = np.linspace(0, max(max_fraction, float(chosen["prefix_fraction"].max()) if len(chosen) else 0), 21)
     left.hist(chosen["prefix_fraction"], bins=bins, color="#4c72b0", zorder=2)
     left.set_xlabel("chosen prefix (share of the solution's characters)")
@@ -250,18 +248,14 @@ def plot_prefixes(table: pd.DataFrame, k: int, path: Path, max_fraction: float =
     for ax in (left, right):
         ax.grid(alpha=0.3, zorder=0)
     fig.tight_layout()
-    with atomic.replacing(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
-    return path
+    return atomic.save_figure(path, fig, dpi=100)
 
 
 def write_outputs(out: Path, table: pd.DataFrame, records: list[Mapping], screened: pd.DataFrame,
                   settings: Mapping[str, Any], rounds: int) -> dict[str, Any]:
     """prefixes.parquet, report.md, prefix_search.png, spend.json (set from every record) and summary.json."""
     out = Path(out)
-    with atomic.replacing(out / PREFIXES_FILE) as tmp:
-        table.to_parquet(tmp, index=False)
+    atomic.write_parquet(out / PREFIXES_FILE, table)
     spend.write(out, spend.PREFIX_SEARCH, spend.per_problem(records))
     summary = summary_of(table, records, screened, rounds)
     plot_prefixes(table, int(settings["k"]), out / PLOT_FILE, float(settings["max_fraction"]))

@@ -30,6 +30,7 @@ from pathlib import Path
 from verl_isocompute.guided import spend
 from verl_isocompute.guided.placement import ALL, ASSISTANT, FRACTION, SKIP, USER, GuidedDataset, guided_dataset
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION
+from verl_isocompute.training.conf import files
 
 # Keys of isocompute.guided that are not GuideOptions (how rows are made).
 ENABLE, SPEND = "enable", "spend"
@@ -167,16 +168,8 @@ def write_mixture(paths: list[str], out: Path, options: GuideOptions) -> GuidedD
 
     result = options.build(read_frames(paths))
     out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic.replacing(out) as tmp:
-        result.frame.to_parquet(tmp, index=False)
+    atomic.write_parquet(out, result.frame)
     return result
-
-
-def _files(cfg, key: str) -> list[str]:
-    from omegaconf import OmegaConf
-
-    value = OmegaConf.select(cfg, key)
-    return [str(p) for p in value] if OmegaConf.is_list(value) else [str(value)]
 
 
 def guided_block(cfg) -> dict:
@@ -238,7 +231,7 @@ def guided_rows(path: str) -> int:
 def check_validation_files(cfg) -> None:
     """Validation is on the unguided problems only (POPE's back-generalisation measure, arXiv 2601.18779):
     a ``data.val_files`` file with guided rows is a ValueError naming it and the fix. Remote paths are verl's."""
-    for path in _files(cfg, "data.val_files"):
+    for path in files(cfg, "data.val_files"):
         if "://" in path or not Path(os.path.expanduser(path)).is_file():
             continue
         count = guided_rows(path)
@@ -270,7 +263,7 @@ def prepare_guided(cfg) -> GuidedDataset | None:
     if unknown:
         raise ValueError(f"isocompute.guided: unknown key(s) {sorted(unknown)}; known: {ENABLE}, {SPEND}, {', '.join(sorted(known))}")
     options = GuideOptions(**{k: v for k, v in block.items() if k in known})
-    paths = _files(cfg, "data.train_files")
+    paths = files(cfg, "data.train_files")
     out = mixture_path(cfg)
     if paths == [str(out)]:
         return None

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from verl_isocompute import atomic
+from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.runlog import WITH_CURATION, WITH_GUIDANCE
 
 SPEND = "spend.json"
@@ -38,7 +39,7 @@ STAGES = (CURATION, REJECTION_SAMPLING, PREFIX_SEARCH)
 GUIDANCE_STAGES = (REJECTION_SAMPLING, PREFIX_SEARCH)  # what makes the guidance; curation is both arms' spend
 
 
-class SpendError(ValueError):
+class SpendError(IsoComputeError, ValueError):
     """A spend file that cannot be read as one; the message names the file and the fix."""
 
 

@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.jsonl import JsonlAppender, JsonlError, read_jsonl, write_jsonl
 
 TRACES_FILE = "traces.jsonl.gz"
@@ -38,7 +39,7 @@ REJECTION_FILE = "rejection.jsonl"
 CURATION_ROUND = 0  # round 0 = curation's first k samples; rejection rounds are 1, 2, ...
 
 
-class TracesError(ValueError):
+class TracesError(IsoComputeError, ValueError):
     """A traces file that cannot be used; the message names the file and the fix."""
 
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from verl_isocompute import verl_keys
 from verl_isocompute.data.problems import row_problem_id
+from verl_isocompute.training.conf import files
 
 
 def _local_train_files(cfg) -> list[str] | None:
-    from verl_isocompute.guided.recipe import _files
-
-    paths = [os.path.expanduser(p) for p in _files(cfg, "data.train_files")]
+    paths = [os.path.expanduser(p) for p in files(cfg, verl_keys.TRAIN_FILES)]
     if any("://" in p or not Path(p).is_file() for p in paths):
         return None  # remote files are verl's to fetch: nothing to read here
     return paths

@@ -21,11 +21,11 @@ from typing import Any
 _EXPORTS = {
     "Curve": "curve", "CurveError": "curve", "load_curve": "curve", "preset_names": "curve",
     "ScalingError": "errors", "FitError": "errors",
-    "RunLogs": "records", "load_runs": "records", "find_logs": "records",
+    "RunLogs": "records", "load_runs": "records", "find_logs": "log_files",
     "Frontier": "frontier", "build_frontier": "frontier", "validation_points": "frontier",
     "record_breaking": "frontier", "record_mask": "frontier", "frontier_value": "frontier", "bucket_index": "frontier", "smooth_ema": "frontier",
-    "FrontierFit": "fit", "SaturatingCurve": "fit", "SigmoidFit": "fit", "fit_frontier": "fit",
-    "fit_saturating": "fit", "fit_sigmoid": "fit",
+    "FrontierFit": "fit", "fit_frontier": "fit", "SaturatingCurve": "saturating", "fit_saturating": "saturating",
+    "SigmoidFit": "sigmoid_fit", "fit_sigmoid": "sigmoid_fit",
     "plot_frontier": "plots", "save_plots": "plots",
     "write_outputs": "report", "render_report": "report",
 }

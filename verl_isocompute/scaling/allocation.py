@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
 
+from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.scaling.curve import Curve, load_curve
 from verl_isocompute.training.lr import (
     B_REF,
@@ -62,7 +63,7 @@ BUDGET_UNITS = ("rollouts", "tokens")
 MAX_STEPS = 10_000_000
 
 
-class AllocationError(ValueError):
+class AllocationError(IsoComputeError, ValueError):
     """A budget or constraint that cannot be allocated; the message names the problem and the fix."""
 
 

@@ -25,9 +25,10 @@ R* here. Nothing is extrapolated silently:
 - a budget no curve covers has no R* ("budget outside fitted range").
 
 Paper presets carry only the n*(C) sigmoid, not per-n curves: they say which n is compute-optimal at C,
-not what another n costs (:func:`reward_curves_from` says so in one line). ``isocompute fit`` stores the
-per-n curves in ``curve.json`` under :data:`REWARD_CURVES_KEY` (the optional field of the curve-file
-contract, see :func:`reward_curves_field`) and writes ``compare.json``, ``compare.csv`` and
+not what another n costs (:func:`~verl_isocompute.scaling.reward_curves.reward_curves_from` says so in one
+line). ``isocompute fit`` stores the per-n curves in ``curve.json`` under ``reward_curves`` (the optional field
+of the curve-file contract, :func:`~verl_isocompute.scaling.reward_curves.reward_curves_field`; the curves
+themselves: :mod:`verl_isocompute.scaling.reward_curves`) and writes ``compare.json``, ``compare.csv`` and
 ``compare.png``; ``isocompute allocate --compare`` prints the table at its budget. Pure: no verl, no torch.
 """
 
@@ -35,25 +36,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from verl_isocompute.scaling.curve import PRESET_PREFIX, REWARD_CURVES_KEY, Curve, reward_curve_entries
-from verl_isocompute.scaling.errors import ScalingError
-from verl_isocompute.scaling.fit import (
-    FrontierFit,
-    SaturatingCurve,
-    envelope,
-    nice_budgets,
+from verl_isocompute import _compat
+from verl_isocompute.scaling.curve import Curve
+from verl_isocompute.scaling.envelope import envelope
+from verl_isocompute.scaling.fit import FrontierFit, nice_budgets
+from verl_isocompute.scaling.reward_curves import (
+    EDGE,
+    FORM,
+    CompareError,
+    RewardCurve,
+    compute_to_reach,
+    reward_curves,
+    reward_curves_from,
+    select,
 )
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-FORM = "R0 + (A - R0) / (1 + (C_mid / C)^beta)"
 COMPARE_JSON, COMPARE_CSV, COMPARE_PNG = "compare.json", "compare.csv", "compare.png"
 COMPARE_DPI = 100  # an overview of two panels: 1200 x 500 pixels
 # Status words, written once: the CSV/JSON cells and the printed table use them.
@@ -64,119 +69,15 @@ REACHED, NOT_REACHED, BEFORE, NO_BUDGET = (
     "reached before its fitted range",
     "budget outside fitted range",
 )
-_EDGE = 1e-9  # relative slack when testing C against a range (grid ends are the range's ends)
 
+# Names that lived here until 0.2; the old path works for one release.
+_MOVED = {
+    **dict.fromkeys(("reward_curves_field",), "verl_isocompute.scaling.reward_curves"),
+    **dict.fromkeys(("REWARD_CURVES_KEY", "PRESET_PREFIX", "reward_curve_entries"), "verl_isocompute.scaling.curve"),
+    **dict.fromkeys(("SaturatingCurve",), "verl_isocompute.scaling.saturating"),
+}
 
-class CompareError(ScalingError):
-    """A comparison that cannot be made (no per-n curves, an n not in the sweep); the message names the fix."""
-
-
-@dataclass(frozen=True)
-class RewardCurve:
-    """One fixed n's fitted reward curve and the compute range its runs covered."""
-
-    n: int
-    b_problem: int | None
-    curve: SaturatingCurve
-    c_range: tuple[float, float]
-    runs: int = 1
-
-    def covers(self, compute: np.ndarray) -> np.ndarray:
-        lo, hi = self.c_range
-        return (compute >= lo * (1 - _EDGE)) & (compute <= hi * (1 + _EDGE))
-
-
-def compute_to_reach(curve: SaturatingCurve, reward: float | np.ndarray) -> np.ndarray:
-    """C(R), the inverse of R(C): C_mid * ((R - R0) / (A - R))^(1 / beta); inf for R >= A, 0 for R <= R0."""
-    r = np.asarray(reward, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = (r - curve.R0) / (curve.A - r)
-        out = curve.C_mid * np.power(ratio, 1.0 / curve.beta)
-    out = np.where(r >= curve.A, np.inf, out)
-    return np.where(r <= curve.R0, 0.0, out)
-
-
-# --- where the per-n curves come from ---------------------------------------------------------------
-
-
-def reward_curves(result: FrontierFit) -> list[RewardCurve]:
-    """The fitted per-group curves of a fit (groups that did not fit are left out), ordered by n."""
-    out = []
-    for row in result.groups.to_dict("records"):
-        key = (int(row["n"]), int(row["b_problem"])) if result.group_by == ("n", "b_problem") else (int(row["n"]),)
-        curve = result.curves.get(key)
-        if curve is None:
-            continue
-        b = row.get("b_problem")
-        b_problem = int(b) if isinstance(b, (int, np.integer)) or (isinstance(b, float) and b.is_integer()) else None
-        out.append(RewardCurve(key[0], b_problem, curve, (float(row["C_min"]), float(row["C_max"])), int(row["runs"])))
-    return sorted(out, key=lambda rc: (rc.n, rc.b_problem or 0))
-
-
-def reward_curves_field(curves: Sequence[RewardCurve], group_by: Sequence[str] = ("n",)) -> dict[str, Any]:
-    """The ``reward_curves`` field of ``curve.json``: the form, the grouping, and per group
-    ``n``, ``b_problem`` (null when the group mixed several), ``R0``, ``A``, ``C_mid``, ``beta``,
-    ``c_range`` ([C_min, C_max] its runs covered) and ``runs``."""
-    return {
-        "form": FORM,
-        "group_by": ",".join(group_by),
-        "curves": [
-            {
-                "n": rc.n,
-                "b_problem": rc.b_problem,
-                "R0": rc.curve.R0,
-                "A": rc.curve.A,
-                "C_mid": rc.curve.C_mid,
-                "beta": rc.curve.beta,
-                "c_range": list(rc.c_range),
-                "runs": rc.runs,
-            }
-            for rc in curves
-        ],
-    }
-
-
-def reward_curves_from(curve: Curve, source: str, budget: float | None = None) -> list[RewardCurve]:
-    """The per-n curves stored in a curve file; a one-line :class:`CompareError` for a preset or a file
-    without them (saying what such a curve can and cannot compare), :class:`CurveError` for a bad field."""
-    field = curve.extra.get(REWARD_CURVES_KEY)
-    if field is None:
-        at = ""
-        if budget is not None:
-            at = f" (here n* = {curve.n_star(budget):.0f} at C = {budget:.3g} {curve.compute_unit})"
-        what = (
-            "a paper preset carries only the n*(C) sigmoid"
-            if source.startswith(PRESET_PREFIX)
-            else f"this curve file has no '{REWARD_CURVES_KEY}' (written before 0.2.0, or by hand)"
-        )
-        raise CompareError(
-            f"{source}: {what}: it says which n is compute-optimal{at}, not what another n costs; --compare needs "
-            "the per-n reward curves that `isocompute fit` (0.2.0+) stores in curve.json: fit your sweep and pass that file"
-        )
-    return [
-        RewardCurve(e["n"], e["b_problem"], SaturatingCurve(e["R0"], e["A"], e["C_mid"], e["beta"]), e["c_range"], e["runs"])
-        for e in reward_curve_entries(field, curve.metric, source)
-    ]
-
-
-def select(curves: Sequence[RewardCurve], spec: str | None) -> list[RewardCurve]:
-    """The curves of the n values named by ``spec`` ("all", "n=8,16,64" or "8,16,64")."""
-    if spec is None or spec.strip().lower() in ("", "all", "n=all"):
-        return list(curves)
-    text = spec.strip()
-    text = text[2:] if text.lower().startswith("n=") else text
-    sweep = sorted({rc.n for rc in curves})
-    try:
-        wanted = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise CompareError(f"--compare expects n=N,N,... such as n=8,16,64 (or all), got {spec!r}") from None
-    missing = [n for n in wanted if n not in sweep]
-    if missing or not wanted:
-        raise CompareError(
-            f"--compare n={','.join(map(str, missing or wanted))}: not a fitted n of the sweep; "
-            f"fitted n: {', '.join(map(str, sweep))}"
-        )
-    return [rc for rc in curves if rc.n in wanted]
+__getattr__ = _compat.moved_names(__name__, _MOVED)
 
 
 # --- the comparison ---------------------------------------------------------------------------------
@@ -239,9 +140,9 @@ def compare_at(
                 row["reach_status"] = NO_BUDGET
             else:
                 needed = float(compute_to_reach(rc.curve, r))
-                if needed > hi * (1 + _EDGE):
+                if needed > hi * (1 + EDGE):
                     row.update(reach_status=NOT_REACHED, multiplier_bound=hi / c)
-                elif needed < lo * (1 - _EDGE):
+                elif needed < lo * (1 - EDGE):
                     row.update(reach_status=BEFORE, multiplier_bound=lo / c)
                 else:
                     # the winner itself: exactly C (the inverse would return C up to rounding)

@@ -49,6 +49,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from verl_isocompute.errors import IsoComputeError
+
 import numpy as np
 
 # rollouts_with_guidance: C plus the rollouts spent before training on guided data (the run log's
@@ -68,14 +70,14 @@ LOG2_N_FLOOR_MIN = -3.0
 LOG2_N_CEILING_MAX = 30.0
 LOG10_C0_RANGE = (-1.0, 21.0)
 _FIX = "correct it in the file or rewrite the file with `isocompute fit`"
-# The optional per-n reward curves of a curve file (written by scaling.compare.reward_curves_field).
+# The optional per-n reward curves of a curve file (written by scaling.reward_curves.reward_curves_field).
 REWARD_CURVES_KEY = "reward_curves"
 # Metrics that are shares of samples, hence in [0, 1]: avg/best/worst@k (ours, overall or per data source)
 # and verl's per-source accuracy (val-core/<source>/acc/mean@k).
 _SHARE_METRICS = re.compile(r"^val/(avg|best|worst)@\d+(/.*)?$|(^|/)acc(/|$)")
 
 
-class CurveError(ValueError):
+class CurveError(IsoComputeError, ValueError):
     """A curve file or preset that cannot be used; the message names the problem and the fix."""
 
 

@@ -6,8 +6,10 @@ command prints it without a traceback.
 
 from __future__ import annotations
 
+from verl_isocompute.errors import IsoComputeError
 
-class ScalingError(ValueError):
+
+class ScalingError(IsoComputeError, ValueError):
     """Input the toolkit cannot use (no runs, a missing metric, a broken log); the message names the fix."""
 
 

@@ -62,7 +62,9 @@ class FitOptions:
         """
         from verl_isocompute.scaling.curve import COMPUTE_UNITS
         from verl_isocompute.scaling.errors import ScalingError
-        from verl_isocompute.scaling.fit import FIT_ON, GROUP_BYS, K_MIN
+        from verl_isocompute.scaling.fit import FIT_ON
+        from verl_isocompute.scaling.groups import GROUP_BYS
+        from verl_isocompute.scaling.sigmoid_fit import K_MIN
 
         def refuse(name: str, wanted: str, why: str = "") -> None:
             value = getattr(self, name)

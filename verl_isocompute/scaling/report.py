@@ -56,6 +56,8 @@ def write_outputs(
     using it unknowingly.
     """
     from verl_isocompute.scaling import compare as cmp
+    from verl_isocompute.scaling.curve import REWARD_CURVES_KEY
+    from verl_isocompute.scaling.reward_curves import reward_curves, reward_curves_field
     from verl_isocompute.scaling.plots import plot_frontier, save_plots
 
     out_dir = Path(out_dir)
@@ -66,8 +68,8 @@ def write_outputs(
             curve = result.curve
             if command:
                 curve = replace(curve, provenance={**curve.provenance, "command": command})
-            curve = replace(curve, extra={**curve.extra, cmp.REWARD_CURVES_KEY: cmp.reward_curves_field(
-                cmp.reward_curves(result), result.group_by)})
+            curve = replace(curve, extra={**curve.extra, REWARD_CURVES_KEY: reward_curves_field(
+                reward_curves(result), result.group_by)})
             (staging / CURVE_FILE).write_text(json.dumps(_jsonable(curve.to_dict()), indent=2) + "\n")
         result.grid.to_csv(staging / FRONTIER_FILE, index=False)
         result.frontier.records.to_csv(staging / RECORDS_FILE, index=False)

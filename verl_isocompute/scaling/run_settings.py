@@ -37,11 +37,12 @@ from typing import Any
 
 import numpy as np
 
+from verl_isocompute import verl_keys
 from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.scaling.run_table import RunTable, positive_int
 
 # Where verl's config keeps n and B_problem.
-CONFIG_KEYS = {"n": "actor_rollout_ref.rollout.n", "b_problem": "data.train_batch_size"}
+CONFIG_KEYS = {"n": verl_keys.N, "b_problem": verl_keys.B_PROBLEM}
 FLAGS = {"n": "--n", "b_problem": "--b-problem"}
 TENSORBOARD_ROOT = "tensorboard_log"  # verl's tensorboard logger: tensorboard_log/<project>/<experiment>
 HYDRA_RECORD = Path(".hydra") / "config.yaml"

@@ -47,6 +47,7 @@ from typing import Any
 
 import pandas as pd
 
+from verl_isocompute import verl_keys
 from verl_isocompute.scaling.errors import ScalingError
 
 WANDB, TENSORBOARD = "wandb", "tensorboard"
@@ -60,7 +61,7 @@ COMPUTE_ALIASES = {"isocompute/rollouts": "rollouts", "isocompute/tokens": "toke
                    "isocompute/rollouts_with_curation": "rollouts_with_curation",
                    "isocompute/n": "n", "isocompute/b_problem": "b_problem"}
 # Where verl's config keeps n and B_problem.
-CONFIG_KEYS = {"n": ("actor_rollout_ref", "rollout", "n"), "b_problem": ("data", "train_batch_size")}
+CONFIG_KEYS = {"n": tuple(verl_keys.N.split(".")), "b_problem": tuple(verl_keys.B_PROBLEM.split("."))}
 INSTALL = {
     TENSORBOARD: "pip install 'verl-isocompute[tensorboard]' (or pip install tensorboard)",
     WANDB: "pip install 'verl-isocompute[wandb]' (or pip install wandb)",

@@ -23,7 +23,7 @@ from scipy.special import expit, logit
 
 from verl_isocompute.runlog import write_run_log
 from verl_isocompute.scaling.curve import Curve
-from verl_isocompute.scaling.fit import SaturatingCurve
+from verl_isocompute.scaling.saturating import SaturatingCurve
 
 PAPER_N_GRID = (8, 16, 32, 64, 128, 256, 512, 1024)
 

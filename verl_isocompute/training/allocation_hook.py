@@ -44,6 +44,7 @@ from typing import Any, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl_isocompute import verl_keys
 from verl_isocompute.scaling.allocation import (
     Allocation,
     AllocationConfig,
@@ -76,11 +77,11 @@ def verl_values(allocation: Allocation) -> dict[str, Any]:
         # Without D, one step per epoch is the safe bound: total_training_steps is what ends the run.
         total_epochs = allocation.steps
     return {
-        "actor_rollout_ref.rollout.n": allocation.n,
-        "data.train_batch_size": allocation.b_problem,
+        verl_keys.N: allocation.n,
+        verl_keys.B_PROBLEM: allocation.b_problem,
         "actor_rollout_ref.actor.ppo_mini_batch_size": allocation.b_problem,
-        "trainer.total_training_steps": allocation.steps,
-        "trainer.total_epochs": total_epochs,
+        verl_keys.STEPS: allocation.steps,
+        verl_keys.EPOCHS: total_epochs,
         "actor_rollout_ref.actor.optim.lr": allocation.lr,
         "actor_rollout_ref.actor.optim.lr_warmup_steps": allocation.warmup_steps,
         "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": 0.0,

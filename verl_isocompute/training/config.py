@@ -33,8 +33,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from verl_isocompute import verl_keys
+from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.runlog import VERL_METRICS
 from verl_isocompute.training import resolvers
+from verl_isocompute.training.conf import files, select
 from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
 from verl_isocompute.training.names import (
     DECOUPLED_ESTIMATOR,
@@ -60,18 +63,14 @@ GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_
 GPU_ONLY_ROLLOUTS = ("vllm", "sglang", "trtllm")
 
 
-class RecipeError(ValueError):
+class RecipeError(IsoComputeError, ValueError):
     """A configuration a run cannot start with; the message names the key and the fix."""
-
-
-def _select(cfg: DictConfig, key: str, default=None):
-    return OmegaConf.select(cfg, key, default=default)
 
 
 def check_platform(cfg: DictConfig) -> None:
     """``isocompute.platform`` is cpu / auto / null; on the CPU platform (asked by the recipe or by
     ``VERL_PLATFORM=cpu``) the rollout and the FSDP strategy must be ones that run there."""
-    platform = _select(cfg, "isocompute.platform")
+    platform = select(cfg, "isocompute.platform")
     if platform not in (None, "auto", "cpu"):
         raise RecipeError(f"isocompute.platform={platform!r}: use cpu, or auto to let verl detect the accelerator")
     env_platform = os.environ.get("VERL_PLATFORM", "").strip().lower()
@@ -79,7 +78,7 @@ def check_platform(cfg: DictConfig) -> None:
         raise RecipeError(f"VERL_PLATFORM={env_platform} conflicts with isocompute.platform=cpu; unset one of them")
     if platform != "cpu" and env_platform != "cpu":
         return
-    rollout = _select(cfg, "actor_rollout_ref.rollout.name")
+    rollout = select(cfg, "actor_rollout_ref.rollout.name")
     if rollout in GPU_ONLY_ROLLOUTS:
         raise RecipeError(
             f"actor_rollout_ref.rollout.name={rollout} needs a GPU, but this run uses the CPU platform "
@@ -87,7 +86,7 @@ def check_platform(cfg: DictConfig) -> None:
             "or run on a GPU machine with isocompute.platform=auto"
         )
     for role in ("actor", "ref"):
-        strategy = _select(cfg, f"actor_rollout_ref.{role}.strategy")
+        strategy = select(cfg, f"actor_rollout_ref.{role}.strategy")
         if strategy not in (None, "fsdp2"):
             raise RecipeError(
                 f"actor_rollout_ref.{role}.strategy={strategy}: on the CPU platform only fsdp2 works "
@@ -98,7 +97,7 @@ def check_platform(cfg: DictConfig) -> None:
 def prepare_platform(cfg: DictConfig) -> None:
     """Select the CPU backend for this process and its Ray workers when the recipe asks for it (after
     :func:`check_platform`); on the CPU, :func:`prepare_cpu`."""
-    if _select(cfg, "isocompute.platform") == "cpu" and os.environ.get("VERL_PLATFORM", "").strip().lower() in ("", "cpu"):
+    if select(cfg, "isocompute.platform") == "cpu" and os.environ.get("VERL_PLATFORM", "").strip().lower() in ("", "cpu"):
         os.environ["VERL_PLATFORM"] = "cpu"
     check_platform(cfg)
     if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
@@ -130,7 +129,7 @@ def prepare_model(cfg: DictConfig) -> None:
 def prepare_data(cfg: DictConfig) -> None:
     """Local data files must exist now, not mid-run (``isocompute.data.source=arithmetic`` generates them)."""
     for key in ("data.train_files", "data.val_files"):
-        for f in resolvers._files(cfg, key):
+        for f in files(cfg, key):
             # remote paths (hdfs://, ...) are verl's to fetch
             if "://" not in f and not Path(os.path.expanduser(f)).is_file():
                 raise RecipeError(f"{key}: {f} does not exist; pass parquet files in verl's format")
@@ -168,14 +167,14 @@ def prepare_run_dir(cfg: DictConfig) -> Path:
 def check_group_size(cfg: DictConfig) -> None:
     """Group estimators need rollout.n >= 2; the decoupled baseline needs 1 <= n_train <= n (a config error,
     caught before the run: the estimators themselves give a group of one advantage 0 and never raise)."""
-    estimator = _select(cfg, "algorithm.adv_estimator")
-    n = _select(cfg, "actor_rollout_ref.rollout.n")
+    estimator = select(cfg, "algorithm.adv_estimator")
+    n = select(cfg, verl_keys.N)
     if estimator in GROUP_ESTIMATORS and n is not None and int(n) < 2:
         raise RecipeError(
             f"algorithm.adv_estimator={estimator} compares rollouts of the same problem, but "
             f"actor_rollout_ref.rollout.n={n}: set actor_rollout_ref.rollout.n to 2 or more (the recipes use >= 4)"
         )
-    n_train = _select(cfg, "isocompute.decoupled.n_train")
+    n_train = select(cfg, "isocompute.decoupled.n_train")
     if estimator == DECOUPLED_ESTIMATOR and (n_train is None or not 1 <= int(n_train) <= int(n)):
         raise RecipeError(
             f"algorithm.adv_estimator={DECOUPLED_ESTIMATOR} trains on n_train of the actor_rollout_ref.rollout.n={n} "
@@ -186,8 +185,8 @@ def check_group_size(cfg: DictConfig) -> None:
 def check_model_setting(cfg: DictConfig) -> None:
     """``isocompute.model`` builds a built-in model only where ``actor_rollout_ref.model.path`` reads it (our
     recipes: ``${isocompute.model_path:}``); on a config with a model path of its own it would be ignored."""
-    name = _select(cfg, "isocompute.model")
-    model = _select(cfg, "actor_rollout_ref.model")
+    name = select(cfg, "isocompute.model")
+    model = select(cfg, "actor_rollout_ref.model")
     node = model._get_node("path") if OmegaConf.is_dict(model) else None  # raw: not resolved
     raw = node._value() if node is not None else None
     if name and not (isinstance(raw, str) and "isocompute.model_path" in raw):
@@ -201,7 +200,7 @@ def check_model_setting(cfg: DictConfig) -> None:
 def zero_variance_notice(cfg: DictConfig) -> str | None:
     """One line when ``isocompute.zero_variance.mode=regularizers`` has nothing to act on (no KL loss, no entropy
     bonus: verl's stock settings and our Hard recipe), else None; an unknown mode is a RecipeError."""
-    mode = _select(cfg, "isocompute.zero_variance.mode", default=OFF)
+    mode = select(cfg, "isocompute.zero_variance.mode", default=OFF)
     if mode not in ZERO_VARIANCE_MODES:
         raise RecipeError(f"isocompute.zero_variance.mode={mode!r}: use one of {', '.join(ZERO_VARIANCE_MODES)}")
     if mode != REGULARIZERS or regularizers_on(cfg):
@@ -236,7 +235,7 @@ def check_warmup_schedule(cfg: DictConfig) -> None:
 def check_estimator(cfg: DictConfig) -> None:
     """``algorithm.adv_estimator`` must be one verl knows: its own, ours, or one another verl plugin registers
     (only for a name outside the first two is verl's registry imported, with the plugins verl loads)."""
-    estimator = _select(cfg, "algorithm.adv_estimator")
+    estimator = select(cfg, "algorithm.adv_estimator")
     if estimator in VERL_ESTIMATORS or estimator in ESTIMATORS:
         return
     if estimator not in _registered_estimators():
@@ -268,7 +267,7 @@ def check_trainer_settings(cfg: DictConfig) -> None:
     itself too, for runs verl's main_ppo started: a known zero-variance mode, one actor update per step, the
     warm-up schedule of :func:`check_warmup_schedule`, and one mini-batch per step when a seq-mean loss
     drops rows."""
-    mode = _select(cfg, "isocompute.zero_variance.mode", default="off")
+    mode = select(cfg, "isocompute.zero_variance.mode", default="off")
     if mode not in ZERO_VARIANCE_MODES:
         raise RecipeError(f"isocompute.zero_variance.mode={mode!r}: use one of {', '.join(ZERO_VARIANCE_MODES)}")
     # Update k is global step k (the rate the trainer logs, and the seed of the decoupled subset, rely on it).
@@ -311,11 +310,11 @@ def check_config(cfg: DictConfig) -> list[str]:
         check_estimator(cfg)
         check_group_size(cfg)
         notice = zero_variance_notice(cfg)  # an unknown mode is refused whichever trainer runs
-        if _select(cfg, "trainer.v1.trainer_mode") == TRAINER:
+        if select(cfg, "trainer.v1.trainer_mode") == TRAINER:
             check_trainer_settings(cfg)
         OmegaConf.to_container(cfg.isocompute, resolve=True)
         for key in (*resolvers.ALLOCATION_KEYS.values(), f"{resolvers.OPTIM}.lr", f"{resolvers.OPTIM}.lr_warmup_steps"):
-            _select(cfg, key)
+            select(cfg, key)
         check_reuse(cfg)
     except RecipeError:
         raise
@@ -380,7 +379,7 @@ def report_lr(cfg: DictConfig) -> None:
             flush=True,
         )
         return
-    n_train = resolvers._select(cfg, "isocompute.decoupled.n_train") if cfg.algorithm.adv_estimator == DECOUPLED_ESTIMATOR else None
+    n_train = select(cfg, "isocompute.decoupled.n_train") if cfg.algorithm.adv_estimator == DECOUPLED_ESTIMATOR else None
     per_problem = f"n_train {n_train}" if n_train is not None else f"n {cfg.actor_rollout_ref.rollout.n}"
     print(
         f"[isocompute] lr: {decision.lr:.3g} ({decision.rule} rule: {decision.base_lr:g} * sqrt(B / {decision.b_ref:g}) with "

@@ -16,6 +16,15 @@ ESTIMATORS = (GRPO_ESTIMATOR, DECOUPLED_ESTIMATOR)
 # The v1 trainer (``trainer.v1.trainer_mode``), registered by :mod:`verl_isocompute.training.trainer`.
 TRAINER = "isocompute"
 
+# The CPU backend (:mod:`verl_isocompute.cpu`): verl's platform (``VERL_PLATFORM``) and rollout
+# (``actor_rollout_ref.rollout.name``) names.
+PLATFORM_NAME = "cpu"
+ROLLOUT_NAME = "hf"
+
+# The agent loop of the assistant placement (``agent_name`` column), registered by
+# :mod:`verl_isocompute.guided.agent_loop`.
+PREFIX_AGENT = "isocompute_prefix_continuation"
+
 # Zero-variance filter modes (``isocompute.zero_variance.mode``, arXiv 2603.12151 section 2).
 OFF = "off"  # train on every group, as verl does
 GROUPS = "groups"  # all-correct / all-wrong groups leave every loss term

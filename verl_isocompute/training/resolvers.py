@@ -51,6 +51,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl_isocompute import verl_keys
+from verl_isocompute.training.conf import files, select
+
 LAUNCH_DIR_ENV = "ISOCOMPUTE_LAUNCH_DIR"
 # True in ``python -m verl_isocompute.main``, which sets VERL_PLATFORM itself for the CPU platform (verl's main_ppo
 # cannot: it has imported verl before it reads the config).
@@ -59,20 +62,11 @@ OPTIM = "actor_rollout_ref.actor.optim"
 DATA_SOURCES = ("arithmetic", "worked")  # generated sets of isocompute.data.source (files: the user's own)
 # The verl key each ${isocompute.allocation:KEY,...} interpolation stands for.
 ALLOCATION_KEYS = {
-    "n": "actor_rollout_ref.rollout.n",
-    "b_problem": "data.train_batch_size",
-    "steps": "trainer.total_training_steps",
-    "total_epochs": "trainer.total_epochs",
+    "n": verl_keys.N,
+    "b_problem": verl_keys.B_PROBLEM,
+    "steps": verl_keys.STEPS,
+    "total_epochs": verl_keys.EPOCHS,
 }
-
-
-def _select(cfg: DictConfig, key: str, default: Any = None) -> Any:
-    return OmegaConf.select(cfg, key, default=default)
-
-
-def _files(cfg: DictConfig, key: str) -> list[str]:
-    value = _select(cfg, key)
-    return [str(f) for f in OmegaConf.to_container(value, resolve=True)] if OmegaConf.is_list(value) else [str(value)]
 
 
 def dataset_size(cfg: DictConfig) -> int:
@@ -82,7 +76,7 @@ def dataset_size(cfg: DictConfig) -> int:
     from verl_isocompute.scaling.allocation import AllocationError
 
     try:
-        return sum(pq.ParquetFile(os.path.expanduser(f)).metadata.num_rows for f in _files(cfg, "data.train_files"))
+        return sum(pq.ParquetFile(os.path.expanduser(f)).metadata.num_rows for f in files(cfg, verl_keys.TRAIN_FILES))
     except (OSError, ValueError) as exc:
         raise AllocationError(
             f"could not count the training problems in data.train_files ({exc}); set isocompute.allocation.dataset_size=D"
@@ -90,7 +84,7 @@ def dataset_size(cfg: DictConfig) -> int:
 
 
 def allocation_enabled(cfg: DictConfig) -> bool:
-    return bool(_select(cfg, "isocompute.allocation.enable", default=False))
+    return bool(select(cfg, "isocompute.allocation.enable", default=False))
 
 
 def allocation(cfg: DictConfig):
@@ -128,8 +122,8 @@ def lr_decision(cfg: DictConfig):
         resolve_lr,
     )
 
-    b_problem = int(_select(cfg, "data.train_batch_size"))
-    n = int(_select(cfg, "actor_rollout_ref.rollout.n"))
+    b_problem = int(select(cfg, verl_keys.B_PROBLEM))
+    n = int(select(cfg, verl_keys.N))
     n_train = decoupled_n_train(cfg)  # an error naming the key when the decoupled baseline lacks it
     chosen = allocation(cfg)
     if chosen is not None:
@@ -138,10 +132,10 @@ def lr_decision(cfg: DictConfig):
         settings = allocation_settings(cfg)
         return resolve_lr(chosen.b_problem, chosen.n, settings.base_lr, settings.b_ref, chosen.lr_rule,
                           chosen.warmup_steps, chosen.n_train)
-    rule = _select(cfg, "isocompute.lr.rule", default="sqrt")
-    base_lr = float(_select(cfg, "isocompute.lr.base_lr", default=BASE_LR))
-    b_ref = float(_select(cfg, "isocompute.lr.b_ref", default=B_REF))
-    warmup = int(_select(cfg, "isocompute.lr.warmup_steps", default=WARMUP_STEPS))
+    rule = select(cfg, "isocompute.lr.rule", default="sqrt")
+    base_lr = float(select(cfg, "isocompute.lr.base_lr", default=BASE_LR))
+    b_ref = float(select(cfg, "isocompute.lr.b_ref", default=B_REF))
+    warmup = int(select(cfg, "isocompute.lr.warmup_steps", default=WARMUP_STEPS))
     try:
         if rule in (None, "none", "null"):
             return LRDecision(base_lr, warmup, "null", b_problem * n, base_lr, b_ref)
@@ -188,7 +182,7 @@ def check_allocation_keys(cfg: DictConfig, chosen) -> None:
         raise AllocationError(
             f"{CONFIG_PATH}.enable=true decides these keys, but the config or the command line sets them: "
             f"{'; '.join(conflicts)}. Drop those settings, or set {CONFIG_PATH}.enable=false"
-            + (" (override_user applies to the Python hook apply_allocation only)" if _select(cfg, f"{CONFIG_PATH}.override_user") else "")
+            + (" (override_user applies to the Python hook apply_allocation only)" if select(cfg, f"{CONFIG_PATH}.override_user") else "")
         )
 
 
@@ -224,7 +218,7 @@ def _abspath(path: str) -> str:
 
 
 def _model_path(_root_: DictConfig) -> str:
-    name = _select(_root_, "isocompute.model")
+    name = select(_root_, "isocompute.model")
     if not name:
         raise ValueError(
             "actor_rollout_ref.model.path is not set: pass actor_rollout_ref.model.path=PATH (a local transformers "
@@ -236,7 +230,7 @@ def _model_path(_root_: DictConfig) -> str:
 
 
 def _data_file(split: str, _root_: DictConfig) -> str:
-    source = _select(_root_, "isocompute.data.source")
+    source = select(_root_, "isocompute.data.source")
     if source not in DATA_SOURCES:
         raise ValueError(
             f"data.{split}_files is not set: pass data.{split}_files=PATH (parquet in verl's format), "
@@ -263,7 +257,7 @@ def _data_file(split: str, _root_: DictConfig) -> str:
 def _when_guided(unguided: Any, guided: Any, *, _root_: DictConfig) -> Any:
     """``unguided`` or, when ``isocompute.guided.enable`` is true, ``guided``: for an overlay whose sizes suit its
     own data (the CPU overlay's prompt length and generated set) but not a guided recipe's longer prompts."""
-    return guided if _select(_root_, "isocompute.guided.enable") else unguided
+    return guided if select(_root_, "isocompute.guided.enable") else unguided
 
 
 def _device(_root_: DictConfig) -> str:
@@ -281,7 +275,7 @@ def _device(_root_: DictConfig) -> str:
 
 
 def _on_cpu(default: Any, cpu_value: Any, *, _root_: DictConfig) -> Any:
-    value = cpu_value if _select(_root_, "isocompute.platform") == "cpu" else default
+    value = cpu_value if select(_root_, "isocompute.platform") == "cpu" else default
     return OmegaConf.create(value) if isinstance(value, (list, dict)) else value  # a node, as a list in YAML is
 
 
@@ -291,13 +285,13 @@ def _cpu_dtype(_root_: DictConfig) -> str:
     from verl_isocompute.cpu.dtype import DTYPE_KEY, choose_dtype, cpu_flags
 
     # the capability only words the reason; the flags decide (and reading them needs no torch)
-    return choose_dtype(_select(_root_, DTYPE_KEY) or "auto", "", cpu_flags()).dtype
+    return choose_dtype(select(_root_, DTYPE_KEY) or "auto", "", cpu_flags()).dtype
 
 
 def _needs_trainer(value: Any, _root_: DictConfig) -> Any:
     from verl_isocompute.training.names import TRAINER
 
-    if _select(_root_, "trainer.v1.trainer_mode") != TRAINER:
+    if select(_root_, "trainer.v1.trainer_mode") != TRAINER:
         raise ValueError(
             f"{value!r} is applied by the isocompute trainer only (the zero-variance filter and the decoupled "
             f"baseline need its masks): add `+isocompute=[run_log]` (trainer.v1.trainer_mode={TRAINER}), or drop the setting"

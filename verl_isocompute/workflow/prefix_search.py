@@ -43,6 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verl_isocompute.data.difficulty import DEFAULT_K
+from verl_isocompute.data.problem_sets import load_parquet, screen
+from verl_isocompute.errors import CurateError
 from verl_isocompute.guided.placement import ASSISTANT, PLACEMENTS, USER, assistant_turn, user_turn
 from verl_isocompute.guided.prefix_search import (
     DEFAULT_BAND,
@@ -57,8 +60,7 @@ from verl_isocompute.guided.prefix_search import (
 )
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION
 from verl_isocompute.guided.search import CHOSEN, EXHAUSTED, PENDING, POPE, RULES, Decision, decisions, next_rungs
-from verl_isocompute.workflow.curate import DEFAULT_K, CurateError, SampleCache, load_parquet, screen
-
+from verl_isocompute.workflow.sample_cache import SampleCache
 
 GUIDED_ENABLE = "isocompute.guided.enable"
 
@@ -170,7 +172,7 @@ def prefix_search(settings: PrefixSearchSettings, log: Callable[[str], None] = _
     if not any(p.reason is None for p in problems):
         raise PrefixSearchError(_unusable(problems, screened, settings))
 
-    from verl_isocompute.workflow.curate import model_overrides, sampling_config, sampling_dtype, sampling_identity
+    from verl_isocompute.workflow.sampling import model_overrides, sampling_config, sampling_dtype, sampling_identity
     from verl_isocompute.workflow.rollouts import KSampler
 
     # composed as a guided run of the recipe: its data.max_prompt_length is the one the guided rows must fit

@@ -43,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.scaling.allocation import MAX_STEPS
 from verl_isocompute.scaling.pipeline import FitOptions
 
@@ -73,7 +74,7 @@ _RAY_KEYS = {"address", "max_concurrent", "python", "env_vars", "mode", "num_gpu
 RAY_PLAN_MODES = ("auto", "private", "join")
 
 
-class PlanError(ValueError):
+class PlanError(IsoComputeError, ValueError):
     """A plan that cannot be run; the message names the field and the fix."""
 
 

@@ -21,27 +21,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from verl_isocompute.runlog import CONSOLE_LOG, RUN_LOG, VERL_METRICS, logged_steps  # noqa: F401  (re-exported)
+from verl_isocompute import _compat
+from verl_isocompute.runlog import CONSOLE_LOG, logged_steps
 from verl_isocompute.workflow import launch
-from verl_isocompute.workflow.launch import Interrupted, ray_session_processes  # noqa: F401  (re-exported)
-from verl_isocompute.workflow.sweep.executors import (  # noqa: F401  (re-exported: the runner's old names)
-    CONNECT_TIMEOUT_S,
-    CellHandle,
-    Executor,
-    LocalExecutor,
-    Outcome,
-    RayJobExecutor,
-    RayOptions,
-    check_reachable,
-    dashboard_address,
-)
-from verl_isocompute.workflow.sweep.plan import (
-    Cell,
-    Plan,
-    cell_overrides,
-)
+from verl_isocompute.workflow.launch import Interrupted
+from verl_isocompute.workflow.sweep.executors import CellHandle, Executor, Outcome
+from verl_isocompute.workflow.sweep.plan import Cell, Plan, cell_overrides
 from verl_isocompute.workflow.sweep.preflight import dataset_size
-from verl_isocompute.workflow.sweep.state import (  # noqa: F401  (re-exported: the runner's old names)
+from verl_isocompute.workflow.sweep.state import (
     ATTEMPTS_DIR,
     CELLS_DIR,
     FAILED,
@@ -52,13 +39,22 @@ from verl_isocompute.workflow.sweep.state import (  # noqa: F401  (re-exported: 
     RUNNING,
     SKIPPED,
     STATE_FILE,
-    STATE_VERSION,
     SweepError,
     SweepState,
     cell_spec,
-    clear_sweep,
     spec_diff,
 )
+
+# Names this module re-exported until 0.2 (0.1's runner held them); the old path works for one release.
+_MOVED = {
+    **dict.fromkeys(("RUN_LOG", "VERL_METRICS"), "verl_isocompute.runlog"),
+    **dict.fromkeys(("ray_session_processes",), "verl_isocompute.workflow.launch"),
+    **dict.fromkeys(("CONNECT_TIMEOUT_S", "LocalExecutor", "RayJobExecutor", "RayOptions", "check_reachable", "dashboard_address"),
+                    "verl_isocompute.workflow.sweep.executors"),
+    **dict.fromkeys(("STATE_VERSION", "clear_sweep"), "verl_isocompute.workflow.sweep.state"),
+}
+
+__getattr__ = _compat.moved_names(__name__, _MOVED)
 
 
 def _tail(path: Path, lines: int = 15) -> str:

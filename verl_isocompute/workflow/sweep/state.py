@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_isocompute import atomic
+from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.workflow.sweep.plan import Cell, Plan, cell_overrides
 
 STATE_FILE = "sweep_state.json"
@@ -27,7 +28,7 @@ FIT_DIR = "fit"
 FINISHED, RUNNING, FAILED, INTERRUPTED, PENDING, SKIPPED = "done", "running", "failed", "interrupted", "pending", "skipped"
 
 
-class SweepError(RuntimeError):
+class SweepError(IsoComputeError, RuntimeError):
     """A sweep that cannot start or continue; the message names the fix."""
 
 

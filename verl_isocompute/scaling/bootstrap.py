@@ -1,0 +1,140 @@
+"""Bootstrap intervals of the n*(C) sigmoid over runs (arXiv 2603.12151, section 4): runs resampled with
+replacement, steps 3 to 5 redone on every resample together.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from verl_isocompute.scaling.envelope import envelope, log_grid
+from verl_isocompute.scaling.groups import RunGroup
+from verl_isocompute.scaling.saturating import MIN_POINTS, bin_ids, bin_points, refit_batch
+from verl_isocompute.scaling.sigmoid_fit import sigmoid_batch
+
+DEFAULT_BOOTSTRAP = 200
+
+
+def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settings):
+    """Resample runs with replacement and redo steps 3 to 5; returns (successful params, counts).
+
+    On each resample every group's curve is refitted on the resampled runs (a run drawn twice counts
+    twice), starting from the full-data curve; with a shared R0, the resample's R0 is the median of the
+    first-pass R0 of the groups it contains. Then :func:`envelope` and the sigmoid, from the full-data
+    sigmoid. All resamples are done together: the binned data of every (resample, group) is a product of
+    the resample's run counts with each run's binned sums, and the refits run in lock step
+    (:func:`verl_isocompute.scaling.lsq.least_squares_batch`). With ``fit_on="records"`` a group is fitted
+    to the record-breaking points of its resampled runs' own records
+    (:func:`~verl_isocompute.scaling.frontier.record_mask`): dropping a rival run can promote a point.
+    """
+    resamples, fit_on = settings["bootstrap"], settings["fit_on"]
+    stats = {"requested": int(resamples), "succeeded": 0, "failed": 0}
+    if resamples <= 0:
+        return np.empty((0, 4)), stats
+    rng = np.random.default_rng(settings["seed"])
+    runs = sorted({run for g in groups for run in g.runs})
+    index = {run: i for i, run in enumerate(runs)}
+    drawn = rng.integers(0, len(runs), size=(resamples, len(runs)))
+    counts = np.bincount((np.arange(resamples)[:, None] * len(runs) + drawn).ravel(), minlength=resamples * len(runs))
+    counts = counts.reshape(resamples, len(runs)).astype(float)
+
+    # Step 3 on every (resample, group): binned data, then one batched refit.
+    G = len(groups)
+    data = [_resampled_bins(g, counts[:, [index[r] for r in g.runs]], fit_on, frontier.bucket) for g in groups]
+    width = max(u.shape[1] for u, _, _, _ in data)
+    u, y, w, cover = (np.zeros((resamples, G, width)), np.zeros((resamples, G, width)), np.zeros((resamples, G, width)),
+                      np.zeros((resamples, G, 2)))
+    for j, (gu, gy, gw, gcover) in enumerate(data):
+        u[:, j, : gu.shape[1]], y[:, j, : gu.shape[1]], w[:, j, : gu.shape[1]] = gu, gy, gw
+        cover[:, j] = gcover
+    fittable = (w > 0).sum(axis=2) >= MIN_POINTS
+    present = w.sum(axis=2) > 0
+    r0 = None
+    if free_r0 is not None:
+        r0_by_group = np.array([free_r0[g.key] for g in groups])
+        r0 = np.nanmedian(np.where(present, r0_by_group, np.nan), axis=1)  # (resamples,)
+    b_idx, g_idx = np.nonzero(fittable)
+    fits = refit_batch(u[b_idx, g_idx], y[b_idx, g_idx], w[b_idx, g_idx],
+                        None if r0 is None else r0[b_idx], [curves[groups[j].key] for j in g_idx])
+    curve_params = np.full((resamples, G, 4), np.nan)
+    curve_params[b_idx, g_idx] = fits
+
+    # Steps 4 and 5 on every resample.
+    log2_n = np.log2([float(g.key[0]) for g in groups])
+    has_curve = ~np.isnan(curve_params[:, :, 0])
+    distinct_n = np.array([len(set(log2_n[row])) for row in has_curve])
+    cover = np.where(has_curve[:, :, None], cover, np.nan)
+    grids = [log_grid(float(np.nanmin(c[:, 0])), float(np.nanmax(c[:, 1])), settings["grid_per_decade"])
+             if ok else np.array([]) for c, ok in zip(cover, distinct_n >= 2)]
+    grid = np.full((resamples, max(len(g) for g in grids)), np.nan)
+    for i, g in enumerate(grids):
+        grid[i, : len(g)] = g
+    _, winner, smoothed = envelope(curve_params, np.nan_to_num(cover, nan=-1.0), log2_n, grid, settings["window"])
+    covered = winner >= 0
+    winners = np.where(covered, log2_n[np.maximum(winner, 0)], np.nan)
+    ok = (distinct_n >= 2) & (covered.sum(axis=1) >= 4) & (np.nanmax(winners, axis=1, initial=-np.inf)
+                                                             > np.nanmin(winners, axis=1, initial=np.inf))
+    draws = np.empty((0, 4))
+    if ok.any():
+        x = np.log10(np.where(covered[ok], grid[ok], 1.0))
+        draws, converged = sigmoid_batch(x, np.where(covered[ok], smoothed[ok], 0.0), covered[ok].astype(float),
+                                          params, n_range, settings["k_max"])
+        draws = draws[converged]
+    stats["succeeded"] = len(draws)
+    stats["failed"] = int(resamples - len(draws))
+    return draws, stats
+
+
+def _resampled_bins(g: RunGroup, counts: np.ndarray, fit_on: str, bucket: float):
+    """One group's binned fit data on every resample: (ln C, mean reward, weight) as (resamples, bins)
+    arrays (weight 0 = empty bin) and the (resamples, 2) C range its resampled runs cover.
+
+    ``counts``: (resamples, runs of the group), how often each run was drawn.
+    """
+    pts = g.points
+    run_ids = pd.Categorical(pts["run"], categories=g.runs).codes.astype(np.int64)  # g.runs: every run of the group
+    c, reward = pts["C"].to_numpy(dtype=float), pts["reward"].to_numpy(dtype=float)
+    chosen = counts > 0
+    run_lo = np.full(len(g.runs), np.inf)
+    run_hi = np.full(len(g.runs), -np.inf)
+    np.minimum.at(run_lo, run_ids, c)
+    np.maximum.at(run_hi, run_ids, c)
+    cover = np.stack([np.where(chosen, run_lo, np.inf).min(axis=1), np.where(chosen, run_hi, -np.inf).max(axis=1)], axis=1)
+    if fit_on == "records":
+        return (*_resampled_record_bins(run_ids, c, reward, counts, bucket), cover)
+    # fit_on == "all": each run's sums per bin, weighted by how often the resample drew the run.
+    log_c = np.log(c)
+    ids = bin_ids(log_c)
+    bins, local = np.unique(ids, return_inverse=True)
+    flat = run_ids * len(bins) + local
+    shape = (len(g.runs), len(bins))
+    per_run = [np.bincount(flat, weights=v, minlength=shape[0] * shape[1]).reshape(shape)
+               for v in (np.ones_like(c), log_c, reward)]
+    # einsum, not @: a BLAS matmul this small is slower than its own thread start-up on a busy machine
+    total, sum_log_c, sum_reward = (np.einsum("rk,kb->rb", counts, m) for m in per_run)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_log_c = np.where(total > 0, sum_log_c / total, 0.0)
+        mean = np.where(total > 0, sum_reward / total, 0.0)
+    return mean_log_c, mean, total, cover
+
+
+def _resampled_record_bins(run_ids, c, reward, counts, bucket):
+    """``fit_on="records"``: per resample, the record-breaking points of the union of the drawn runs'
+    own records (a record counts once, however often its run was drawn), binned."""
+    from verl_isocompute.scaling.frontier import record_mask
+
+    own = np.zeros(len(c), dtype=bool)
+    for run in np.unique(run_ids):
+        at = np.flatnonzero(run_ids == run)
+        own[at[record_mask(c[at], reward[at], bucket)]] = True
+    run_ids, c, reward = run_ids[own], c[own], reward[own]
+    rows = []
+    for drawn in counts > 0:
+        take = drawn[run_ids]
+        keep = record_mask(c[take], reward[take], bucket)
+        rows.append(bin_points(c[take][keep], reward[take][keep]) if keep.sum() else (np.ones(1), np.zeros(1), np.zeros(1)))
+    width = max(len(r[0]) for r in rows)
+    out = [np.zeros((len(rows), width)) for _ in range(3)]
+    for i, (bc, by, bw) in enumerate(rows):
+        out[0][i, : len(bc)], out[1][i, : len(bc)], out[2][i, : len(bc)] = np.log(bc), by, bw
+    return tuple(out)
