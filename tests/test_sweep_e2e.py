@@ -30,7 +30,7 @@ import yaml
 from verl_runs import PARITY_REWARD, alive
 
 from verl_isocompute.commands import cli
-from verl_isocompute.workflow.sweep import runner
+from verl_isocompute.workflow.launch import ray_session_processes
 
 pytestmark = pytest.mark.e2e
 PRESET = "paper:qwen2.5-7b-hard"
@@ -102,7 +102,7 @@ def workflow(tmp_path_factory, tiny_model_path):
     out["interrupted_rc"] = proc.wait(timeout=120)
     log.close()
     time.sleep(3)
-    leftover = alive(family) + runner.ray_session_processes(cell_pid)
+    leftover = alive(family) + ray_session_processes(cell_pid)
     out["leftover"] = [(p.pid, p.name()) for p in leftover]
     for p in leftover:  # do not leave processes behind on a shared machine, even if the test fails
         p.kill()
