@@ -54,8 +54,9 @@ from verl_isocompute.data.difficulty import (
     difficulty_table,
 )
 from verl_isocompute.data.problem_sets import generate, load_parquet, screen
-from verl_isocompute.data.problems import ground_truth_of, messages_of, plain
+from verl_isocompute.data.problems import ground_truth_of, messages_of
 from verl_isocompute.errors import CurateError
+from verl_isocompute.jsonl import plain
 from verl_isocompute.workflow.curate_report import write_outputs
 from verl_isocompute.workflow.sample_cache import SampleCache, next_round, progress_of, to_resample, trace_counts
 from verl_isocompute.workflow.sampling import model_overrides, sampling_config, sampling_dtype, sampling_identity
