@@ -7,12 +7,12 @@ and the command line mean the same thing. Pure: no verl, no torch.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
+from verl_isocompute.numbers import is_real, yaml_number
 from verl_isocompute.scaling.curve import Curve
 
 
@@ -45,11 +45,8 @@ class FitOptions:
             raise ValueError(f"unknown fit option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         values = dict(values)
         for name in ("bucket", "ema", "k_max"):  # YAML 1.1 reads 1e-2 (no dot) as a string
-            if isinstance(values.get(name), str):
-                try:
-                    values[name] = float(values[name])
-                except ValueError:
-                    pass  # check() names it
+            if name in values:
+                values[name] = yaml_number(values[name])  # a string that is no number: check() names it
         return cls(**values)
 
     def check(self) -> FitOptions:
@@ -72,9 +69,7 @@ class FitOptions:
 
         def number(name: str) -> float | None:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                return None
-            return float(value)
+            return float(value) if is_real(value) else None
 
         def integer(name: str) -> int | None:
             value = getattr(self, name)
