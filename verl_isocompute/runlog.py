@@ -58,6 +58,18 @@ WITH_CURATION = {"rollouts": "rollouts_with_curation", "tokens": "tokens_with_cu
 # Guided runs: the mixture the run trains on, as verl's dataset holds it (guided rows, unguided rows, ...).
 GUIDED_MIXTURE = "guided_mixture"
 
+# Metric keys, spelled here only. Ours, added to verl's per-step metrics by the trainer, all start with
+# METRIC_PREFIX (``isocompute/train_acc``, ``isocompute/rollouts``); validation is logged under VAL_PREFIX
+# (``val/avg@k``, training.metrics.validation_metrics); DEFAULT_METRIC is what a fit reads by default.
+METRIC_PREFIX = "isocompute/"
+VAL_PREFIX = "val"
+DEFAULT_METRIC = f"{VAL_PREFIX}/avg@4"
+
+
+def metric_key(name: str) -> str:
+    """Our metric ``name`` as verl logs it: ``isocompute/<name>``."""
+    return METRIC_PREFIX + name
+
 
 class RunLogError(JsonlError):
     """A run log that cannot be read as one; the message names the file and line."""

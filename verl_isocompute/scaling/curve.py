@@ -50,6 +50,7 @@ from typing import Any
 
 from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.numbers import as_count, is_real
+from verl_isocompute.runlog import DEFAULT_METRIC
 
 import numpy as np
 
@@ -168,7 +169,7 @@ class Curve:
     log10_C0: float
     b: float
     compute_unit: str = "rollouts"
-    metric: str = "val/avg@4"
+    metric: str = DEFAULT_METRIC
     c_range: tuple[float, float] | None = None
     n_grid: tuple[int, ...] = ()
     provenance: dict[str, Any] = field(default_factory=dict)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from verl_isocompute.numbers import is_real, yaml_number
+from verl_isocompute.runlog import DEFAULT_METRIC, VAL_PREFIX
 from verl_isocompute.scaling.curve import Curve
 
 
@@ -127,9 +128,9 @@ def logged_avg_at_k(logs) -> tuple[str, str | None]:
 
     from verl_isocompute.scaling.errors import ScalingError
 
-    found = sorted((m for m in logs.metrics if re.fullmatch(r"val/avg@\d+", m)), key=lambda m: int(m.split("@")[1]))
-    if "val/avg@4" in found or not found:
-        return "val/avg@4", None
+    found = sorted((m for m in logs.metrics if re.fullmatch(rf"{VAL_PREFIX}/avg@\d+", m)), key=lambda m: int(m.split("@")[1]))
+    if DEFAULT_METRIC in found or not found:
+        return DEFAULT_METRIC, None
     if len(found) == 1:
         return found[0], f"fitting {found[0]}, the val/avg@k these runs logged (validation with val_kwargs.n={found[0].split('@')[1]}); --metric chooses another"
     raise ScalingError(f"the runs log {', '.join(found)} (validation with different val_kwargs.n): pass --metric to choose one")
