@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from verl_isocompute.numbers import is_real, yaml_number
 from verl_isocompute.runlog import DEFAULT_METRIC, VAL_PREFIX
 from verl_isocompute.scaling.curve import Curve
+from verl_isocompute.scaling.fit_defaults import DEFAULT_BOOTSTRAP, DEFAULT_BUCKET, DEFAULT_WINDOW, K_MAX
 
 
 @dataclass(frozen=True)
@@ -23,14 +24,14 @@ class FitOptions:
 
     metric: str | None = None  # None: the val/avg@k the logs have (val/avg@4 with our recipes; see logged_avg_at_k)
     compute: str = "rollouts"
-    bucket: float = 0.01
+    bucket: float = DEFAULT_BUCKET
     group_by: str = "n"
     fit_on: str = "all"
     shared_r0: bool = True
     ema: float = 0.0
-    window: int = 5
-    k_max: float = 50.0
-    bootstrap: int = 200
+    window: int = DEFAULT_WINDOW
+    k_max: float = K_MAX
+    bootstrap: int = DEFAULT_BOOTSTRAP
     seed: int = 0
     n: int | None = None
     b_problem: int | None = None
