@@ -290,11 +290,8 @@ def _sample(cfg, settings: CurateSettings, pending: pd.DataFrame, states: dict[s
     # SIGTERM / Ctrl-C raise at once (also inside ray.get); Ray and its rollout servers are shut down
     # before the exception leaves, and what was sampled stays cached.
     try:
-        with launch.stopping_ray():
+        with launch.shutting_down_ray_on_signal():
             sample(sampler, ready, done, ray_address=settings.ray_address, next_round=plan)
-    except launch.Interrupted:
-        launch.shutdown_ray()
-        raise
     finally:
         bar.close()
     log(f"[curate] sampled {len(ready)} problems in {time.perf_counter() - started:.0f} s")
