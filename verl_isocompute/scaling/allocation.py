@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from verl_isocompute.errors import IsoComputeError
-from verl_isocompute.numbers import as_count, integral, is_positive
+from verl_isocompute.numeric import as_count, integral, is_positive
 from verl_isocompute.scaling.curve import Curve, load_curve
 from verl_isocompute.training.lr import (
     B_REF,

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_isocompute.errors import IsoComputeError
-from verl_isocompute.numbers import as_count, is_real
+from verl_isocompute.numeric import as_count, is_real
 from verl_isocompute.runlog import DEFAULT_METRIC
 
 import numpy as np

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
-from verl_isocompute.numbers import is_real, yaml_number
+from verl_isocompute.numeric import is_real, yaml_number
 from verl_isocompute.runlog import DEFAULT_METRIC, VAL_PREFIX
 from verl_isocompute.scaling.curve import Curve
 from verl_isocompute.scaling.fit_defaults import DEFAULT_BOOTSTRAP, DEFAULT_BUCKET, DEFAULT_WINDOW, K_MAX

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from verl_isocompute.numbers import is_positive
+from verl_isocompute.numeric import is_positive
 
 # Recipe defaults, from the paper's LR sweep (stated values).
 BASE_LR = 1e-6

@@ -44,7 +44,7 @@ from typing import Any
 import yaml
 
 from verl_isocompute.errors import IsoComputeError
-from verl_isocompute.numbers import as_count, integral, yaml_number
+from verl_isocompute.numeric import as_count, integral, yaml_number
 from verl_isocompute.scaling.allocation import MAX_STEPS
 from verl_isocompute.scaling.pipeline import FitOptions
 

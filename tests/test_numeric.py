@@ -1,4 +1,4 @@
-"""The package's one set of number checks (verl_isocompute.numbers), as a plan, a curve file and the
+"""The package's one set of number checks (verl_isocompute.numeric), as a plan, a curve file and the
 allocation read them: YAML 1.1's "1e6" string, bools, NaN and integral floats."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from verl_isocompute.numbers import as_count, integral, is_positive, is_real, yaml_number
+from verl_isocompute.numeric import as_count, integral, is_positive, is_real, yaml_number
 from verl_isocompute.workflow.sweep.plan import PlanError, parse_plan
 
 
