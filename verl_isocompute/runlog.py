@@ -41,8 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# the run log is a JSON-lines file: its readers may take the reader, its record type and dumps from here
-from verl_isocompute.jsonl import JsonlAppender, JsonlError, JsonlFile, dumps, read_jsonl, write_jsonl  # noqa: F401
+from verl_isocompute.jsonl import JsonlAppender, JsonlError, read_jsonl, write_jsonl
 
 RUN_LOG = "isocompute.jsonl"
 # What else a run directory of ours holds (written by verl, named by us).
