@@ -13,7 +13,7 @@ it has native bf16, the flag :mod:`verl_isocompute.cpu.dtype` decides by):
    weight sync, and the rest of the step (Ray calls, TransferQueue, our bookkeeping), plus the verl
    process's wall time (Ray start-up, model load) - with each phase's bf16 / fp32 ratio.
 
-    flock /tmp/heavy.lock python benchmarks/bench_cpu_step.py [--steps 1] [--dtypes float32 bfloat16]
+    python benchmarks/bench_cpu_step.py [--steps 1] [--dtypes float32 bfloat16]
         [--skip-demo] [--repeats 2] [key=value ...   extra overrides of the cpu_demo recipe]
 
 About 10-20 minutes on 2 cores (each demo step is ~1 minute on the reference AVX2 machine).

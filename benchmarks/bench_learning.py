@@ -16,8 +16,8 @@ after the other, or all at once):
    validation, the paired change from before to after training (SE of the per-problem differences), the
    training reward against rollouts C, the wall time, and a figure (``learning.png``).
 
-    flock /tmp/heavy.lock python benchmarks/bench_learning.py --stage curate
-    flock /tmp/heavy.lock python benchmarks/bench_learning.py --stage train
+    python benchmarks/bench_learning.py --stage curate
+    python benchmarks/bench_learning.py --stage train
     python benchmarks/bench_learning.py --stage report
 
 Defaults are the settings EVIDENCE.md reports; every one is a flag. Extra ``key=value`` arguments are
@@ -85,6 +85,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base-lr", type=float, default=1e-5, help="the LR rule's base rate (lr = base_lr * sqrt(B / 1024))")
     parser.add_argument("--warmup-steps", type=int, default=2)
     parser.add_argument("--max-response-length", type=int, default=48)
+    # The CPU trainer computes every row padded to prompt + response length (no remove-padding without
+    # flash-attn), so a loose prompt length is paid for in every update: the Easy set's prompts are 114-117
+    # tokens with SmolLM2's chat template.
+    parser.add_argument("--max-prompt-length", type=int, default=120, help="training prompt length (default %(default)s)")
+    # Rows per forward/backward: 16 x 168 tokens x SmolLM2's 49,152-word vocabulary put the update at ~10 GB
+    # of resident memory (measured); 8 halves the logits' share.
+    parser.add_argument("--micro-batch", type=int, default=8, help="rows per forward/backward (default %(default)s)")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
 
 
@@ -143,13 +150,13 @@ def train(args) -> Path:
         "isocompute.model=smollm2", f"isocompute.cpu.dtype={args.dtype}", "isocompute.reuse_rollout_log_probs=true",
         f"data.train_files={(sets / 'train.parquet').absolute()}", f"data.val_files={(sets / f'{args.split}.parquet').absolute()}",
         f"data.train_batch_size={args.b_problem}", f"actor_rollout_ref.rollout.n={args.n}",
-        f"data.max_response_length={args.max_response_length}", "data.max_prompt_length=160",
+        f"data.max_response_length={args.max_response_length}", f"data.max_prompt_length={args.max_prompt_length}",
         f"trainer.total_training_steps={args.steps}", f"trainer.test_freq={args.test_freq}", "trainer.total_epochs=100",
         f"actor_rollout_ref.rollout.temperature={args.temperature}",
         f"actor_rollout_ref.rollout.val_kwargs.temperature={args.temperature}",
         f"isocompute.lr.base_lr={args.base_lr}", f"isocompute.lr.warmup_steps={args.warmup_steps}",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
         f"isocompute.run_dir={run_dir}", f"trainer.experiment_name={run_dir.name}", *args.overrides,
     ]
     run_dir.mkdir(parents=True, exist_ok=True)
