@@ -80,9 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--b-problem", type=int, default=8)
     parser.add_argument("--n", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=24)
-    parser.add_argument("--test-freq", type=int, default=6)
-    parser.add_argument("--base-lr", type=float, default=1e-5, help="the LR rule's base rate (lr = base_lr * sqrt(B / 1024))")
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--test-freq", type=int, default=4)
+    parser.add_argument("--base-lr", type=float, default=1.6e-4, help="the LR rule's base rate (lr = base_lr * sqrt(B / 1024))")
     parser.add_argument("--warmup-steps", type=int, default=2)
     parser.add_argument("--max-response-length", type=int, default=48)
     # The CPU trainer computes every row padded to prompt + response length (no remove-padding without
@@ -169,7 +169,7 @@ def train(args) -> Path:
         raise SystemExit(f"training failed ({code}): {run_dir / 'verl.log'}")
     (run_dir / "learning_run.json").write_text(json.dumps({
         "command": cmd, "wall_s": round(wall, 1), "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
-        "machine": machine(), "dtype": args.dtype, "split": args.split,
+        "started_unix": round(started, 1), "machine": machine(), "dtype": args.dtype, "split": args.split,
     }, indent=2) + "\n")
     print(f"training: {wall:.0f} s wall", flush=True)
     return run_dir
@@ -192,21 +192,34 @@ def machine() -> dict:
 # --- the report ---------------------------------------------------------------------------------------
 
 
+def run_started(run_dir: Path) -> float:
+    """When the training run started (unix time): recorded when it ends, else when hydra wrote its config."""
+    info = json.loads((run_dir / "learning_run.json").read_text()) if (run_dir / "learning_run.json").is_file() else {}
+    if "started_unix" in info:
+        return float(info["started_unix"])
+    if "started" in info:  # local time, to the second
+        return time.mktime(time.strptime(info["started"], "%Y-%m-%d %H:%M:%S"))
+    return min(p.stat().st_mtime for p in (run_dir / ".hydra").iterdir())
+
+
 def validation_points(run_dir: Path) -> list[dict]:
-    """Every validation of the run: step, rollouts C at that step, avg@k and its SE over problems."""
-    from verl_isocompute.commands.demo import _per_problem_avg
+    """Every validation of the run: step, rollouts C at that step, avg@k and its SE over problems, and the
+    wall time from the run's start to the moment verl wrote that validation's samples."""
+    from verl_isocompute.commands.demo import per_problem_avg
     from verl_isocompute.runlog import RUN_LOG, read_run_log
     from verl_isocompute.training import metrics
 
     log = read_run_log(run_dir / RUN_LOG)
     rollouts = {int(r["step"]): r["rollouts"] for _, r in log.rows}
     k = int(log.header.get("val_n") or 4)
+    started = run_started(run_dir)
     points = []
     for path in sorted((run_dir / "validation").glob("*.jsonl"), key=lambda p: int(p.stem)):
-        per = _per_problem_avg(path, k)
+        per = per_problem_avg(path, k)
         step = int(path.stem)
         points.append({"step": step, "rollouts": rollouts.get(step, 0), "problems": len(per),
                        "avg": sum(per.values()) / len(per), "se": metrics.stderr_over_problems(per.values()),
+                       "wall_s": round(path.stat().st_mtime - started, 1),
                        "per_problem": per})
     return points
 
@@ -240,9 +253,9 @@ def report(run_dir: Path) -> dict:
         m = summary["machine"]
         print(f"CPU: {m['cpu_capability']}, native bf16: {', '.join(m['native_bf16']) or 'none'}, {m['cores']} cores; "
               f"wall time of the training run: {summary['wall_s']:.0f} s ({summary['wall_s'] / 60:.1f} min)")
-    print(f"\n{'step':>5}{'C (rollouts)':>14}{'avg@4':>8}{'SE':>8}{'problems':>10}")
+    print(f"\n{'step':>5}{'C (rollouts)':>14}{'avg@4':>8}{'SE':>8}{'problems':>10}{'wall (min)':>12}")
     for p in summary["validation"]:
-        print(f"{p['step']:>5}{p['rollouts']:>14}{p['avg']:>8.3f}{p['se']:>8.3f}{p['problems']:>10}")
+        print(f"{p['step']:>5}{p['rollouts']:>14}{p['avg']:>8.3f}{p['se']:>8.3f}{p['problems']:>10}{p['wall_s'] / 60:>12.1f}")
     print(f"\nbefore -> after: {change.before:.3f} ± {change.before_se:.3f} -> {change.after:.3f} ± {change.after_se:.3f}")
     print(f"change: {metrics.describe_change(change)}")
     rewards = [r["reward"] for r in summary["train_reward"]]
@@ -256,13 +269,13 @@ def report(run_dir: Path) -> dict:
 
 def plot(summary: dict, path: Path) -> None:
     """Training reward against C (per step and a running mean), validation avg@4 with SE error bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    from verl_isocompute import atomic
+    from verl_isocompute.figures import agg_figure
+
+    fig = agg_figure(figsize=(7, 4.2))
+    ax = fig.add_subplot()
     train = summary["train_reward"]
     if train:
         c = np.array([r["rollouts"] for r in train])
@@ -283,8 +296,7 @@ def plot(summary: dict, path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    atomic.save_figure(path, fig, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:

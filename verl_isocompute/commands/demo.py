@@ -55,7 +55,7 @@ def _val_reward(data: dict) -> float | None:
     return None
 
 
-def _per_problem_avg(dump: Path, k: int | None) -> dict[str, float]:
+def per_problem_avg(dump: Path, k: int | None) -> dict[str, float]:
     """avg@k per problem (keyed by its prompt) from verl's validation dump ``<step>.jsonl``; samples that
     never came back count as wrong, as in the run's own metrics (k: the samples requested per problem)."""
     correct: dict[str, list[bool]] = {}
@@ -76,7 +76,7 @@ def validation_change(run_dir: Path, k: int | None = None) -> metrics.Validation
     if 0 not in dumps or max(dumps) == 0:
         return None
     try:
-        return metrics.paired_change(_per_problem_avg(dumps[0], k), _per_problem_avg(dumps[max(dumps)], k))
+        return metrics.paired_change(per_problem_avg(dumps[0], k), per_problem_avg(dumps[max(dumps)], k))
     except ValueError:
         return None
 
