@@ -13,7 +13,8 @@ from test_guided_placement import frame
 from verl_isocompute.commands.cli import main
 from verl_isocompute.guided.metrics import guided_metrics
 from verl_isocompute.guided.recipe import GuideOptions, prepare_guided
-from verl_isocompute.training.config import RecipeError, compose_recipe, prepare_guided_data
+from verl_isocompute.training.config import RecipeError, compose_recipe
+from verl_isocompute.training.prepare import prepare_guided_data
 
 
 def test_recipe_defaults_are_the_options_defaults():

@@ -21,7 +21,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from verl_isocompute.scaling.allocation import AllocationConfig, allocate_config
-from verl_isocompute.training.config import compose_recipe, prepare
+from verl_isocompute.training.config import compose_recipe
+from verl_isocompute.training.prepare import prepare
 
 RECIPES = ["isocompute_easy", "isocompute_hard", "isocompute_mixed", "cpu_demo"]
 GPU = {"isocompute_easy", "isocompute_hard", "isocompute_mixed"}

@@ -14,7 +14,7 @@ import yaml
 from verl_isocompute.runlog import RUN_LOG
 from verl_isocompute.workflow.sweep import runner
 from verl_isocompute.workflow.sweep.executors import RayJobExecutor, RayOptions
-from verl_isocompute.workflow.sweep.plan import (
+from verl_isocompute.workflow.sweep.grid import (
     PAPER_B_MAX,
     PAPER_B_PROBLEM,
     PAPER_N,
@@ -23,9 +23,8 @@ from verl_isocompute.workflow.sweep.plan import (
     cell_overrides,
     describe,
     grid,
-    load_plan,
-    parse_plan,
 )
+from verl_isocompute.workflow.sweep.plan import load_plan, parse_plan
 
 # --- plan arithmetic --------------------------------------------------------------------------------
 
@@ -350,7 +349,7 @@ def test_ray_job_entrypoints():
 
 
 def test_micro_batch_check_skips_cells_verl_would_reject(tmp_path):
-    from verl_isocompute.workflow.sweep.plan import micro_batch_issue
+    from verl_isocompute.workflow.sweep.grid import micro_batch_issue
 
     sizes = {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 8, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": None}
     assert micro_batch_issue(Cell(2, 4, 64), 1, sizes) is None

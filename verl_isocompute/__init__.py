@@ -4,7 +4,7 @@ Where things live:
 
 - ``training/``  the healthy GRPO recipe inside verl: estimators, the regulariser-masked loss, the
   ``isocompute`` trainer, the reward, and the pure rules they use (LR rule, unbiased metrics, masks);
-  ``training.config`` turns our ``isocompute:`` config block into plain verl settings.
+  ``training.config`` checks our ``isocompute:`` config block, ``training.prepare`` turns it into plain verl settings.
 - ``scaling/``   the scaling toolkit: run logs -> frontier -> n*(C) curve, and the allocation rule
   (budget -> n, B_problem, steps, lr). Pure numpy/scipy/pandas: no verl, no torch.
 - ``workflow/``  from problems to a compute-optimal run: difficulty curation, the prefix search, pilot

@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
 
     from verl_isocompute.commands.cli import error
     from verl_isocompute.errors import IsoComputeError
-    from verl_isocompute.workflow.sweep.plan import PlanError, describe, load_plan
+    from verl_isocompute.workflow.sweep.grid import PlanError, describe
+    from verl_isocompute.workflow.sweep.plan import load_plan
     from verl_isocompute.workflow.sweep.preflight import preflight
 
     try:

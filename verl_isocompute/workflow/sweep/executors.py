@@ -33,7 +33,8 @@ from urllib.parse import urlparse
 
 from verl_isocompute.runlog import CONSOLE_LOG, VERL_METRICS
 from verl_isocompute.workflow import launch
-from verl_isocompute.workflow.sweep.plan import DEFAULT_MAX_CONCURRENT, RAY_MODES, Cell, Plan
+from verl_isocompute.workflow.sweep.grid import Cell, Plan
+from verl_isocompute.workflow.sweep.plan import DEFAULT_MAX_CONCURRENT, RAY_MODES
 from verl_isocompute.workflow.sweep.state import SweepError
 
 CONNECT_TIMEOUT_S = 10.0

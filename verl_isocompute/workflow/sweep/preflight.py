@@ -23,14 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from verl_isocompute.workflow.sweep.executors import RayOptions
-from verl_isocompute.workflow.sweep.plan import (
-    CELL_KEYS,
-    Cell,
-    Plan,
-    cell_overrides,
-    check_data_files,
-    micro_batch_issue,
-)
+from verl_isocompute.workflow.sweep.grid import CELL_KEYS, Cell, Plan, cell_overrides, micro_batch_issue
+from verl_isocompute.workflow.sweep.plan import check_data_files
 from verl_isocompute.workflow.sweep.state import CELLS_DIR, SweepError
 
 

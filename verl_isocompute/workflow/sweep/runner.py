@@ -26,7 +26,7 @@ from verl_isocompute.runlog import CONSOLE_LOG, logged_steps
 from verl_isocompute.workflow import launch
 from verl_isocompute.workflow.launch import Interrupted
 from verl_isocompute.workflow.sweep.executors import CellHandle, Executor, Outcome
-from verl_isocompute.workflow.sweep.plan import Cell, Plan, cell_overrides
+from verl_isocompute.workflow.sweep.grid import Cell, Plan, cell_overrides
 from verl_isocompute.workflow.sweep.preflight import dataset_size
 from verl_isocompute.workflow.sweep.state import (
     ATTEMPTS_DIR,
