@@ -39,9 +39,9 @@ def compose_stock(recipe: str, overrides: list[str]):
 
 @pytest.fixture
 def data_files(isocompute_cache):
-    from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
+    from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
 
-    return write_arithmetic_dataset(isocompute_cache / "stock-data", ArithmeticSpec(train_size=64, val_size=8))
+    return write_arithmetic_dataset(isocompute_cache / "stock-data", ArithmeticConfig(train_size=64, val_size=8))
 
 
 def overrides(recipe: str, tmp_path, tiny_model_path, data_files) -> list[str]:

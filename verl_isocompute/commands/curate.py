@@ -44,10 +44,10 @@ def _gen_arg(text: str) -> tuple[str, object]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from dataclasses import fields
 
-    from verl_isocompute.workflow.curate import CurateSettings
+    from verl_isocompute.workflow.curate import CurateConfig
 
-    # every default is CurateSettings' own, so the command line and the library agree (written once)
-    default = {f.name: f.default for f in fields(CurateSettings)}
+    # every default is CurateConfig's own, so the command line and the library agree (written once)
+    default = {f.name: f.default for f in fields(CurateConfig)}
 
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", nargs="+", metavar="FILE", help="verl-format parquet files (prompt, reward_model.ground_truth, ...)")
@@ -103,10 +103,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace):
-    """The command line as a :class:`~verl_isocompute.workflow.curate.CurateSettings`."""
+    """The command line as a :class:`~verl_isocompute.workflow.curate.CurateConfig`."""
     from verl_isocompute.workflow import curate as c
 
-    return c.CurateSettings(
+    return c.CurateConfig(
         out=args.out, data=tuple(args.data or ()), generate=args.generate, size=args.size,
         gen_args=dict(args.gen_arg), recipe=args.recipe, model=args.model, rollout=args.rollout, k=args.k,
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from verl_isocompute.scaling.curve import COMPUTE_UNITS
-from verl_isocompute.scaling.pipeline import FitOptions, run_fit
+from verl_isocompute.scaling.pipeline import FitConfig, run_fit
 
 PROG = "isocompute fit"
 
@@ -29,31 +29,31 @@ PROG = "isocompute fit"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUNS", help="run directories, log files, or directories to search")
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="output directory (created if needed)")
-    parser.add_argument("--metric", default=FitOptions.metric,
+    parser.add_argument("--metric", default=FitConfig.metric,
                         help="logged metric to maximise (default: val/avg@k, with the k the runs validated with: val/avg@4 "
                              "in our recipes, val/avg@1 with our pieces on verl's ppo_trainer; val/best@4 or val/worst@4 "
                              "give their own n*)")
-    parser.add_argument("--compute", choices=COMPUTE_UNITS, default=FitOptions.compute,
+    parser.add_argument("--compute", choices=COMPUTE_UNITS, default=FitConfig.compute,
                         help="compute unit C: cumulative rollouts (default), generated tokens, rollouts_with_guidance "
                              "(plus the rollouts spent before training to find the guidance, PrefixRL's count) or "
                              "rollouts_with_curation (plus curation too: both arms of a comparison spend it); "
                              "spend on the training problems only (docs/GUIDED.md)")
-    parser.add_argument("--bucket", type=float, default=FitOptions.bucket,
+    parser.add_argument("--bucket", type=float, default=FitConfig.bucket,
                         help="reward bucket width for record-breaking points (default 0.01; 0 = none)")
-    parser.add_argument("--group-by", choices=("n", "n,b_problem"), default=FitOptions.group_by, metavar="{n | n,b_problem}",
+    parser.add_argument("--group-by", choices=("n", "n,b_problem"), default=FitConfig.group_by, metavar="{n | n,b_problem}",
                         help="one curve per n (B_problem fixed, default) or per (n, B_problem) for the joint sweep")
-    parser.add_argument("--fit-on", choices=("all", "records"), default=FitOptions.fit_on,
+    parser.add_argument("--fit-on", choices=("all", "records"), default=FitConfig.fit_on,
                         help="fit each group's curve to all validation points (default) or to its record-breaking points")
     parser.add_argument("--per-group-r0", action="store_true",
                         help="fit R0 (reward at C -> 0) per group instead of sharing one across groups")
-    parser.add_argument("--ema", type=float, default=FitOptions.ema,
+    parser.add_argument("--ema", type=float, default=FitConfig.ema,
                         help="per-run EMA smoothing of the metric, weight of the past in [0, 1) (default 0 = off)")
-    parser.add_argument("--window", type=int, default=FitOptions.window,
+    parser.add_argument("--window", type=int, default=FitConfig.window,
                         help="running-average window over the n*(C) grid, in grid points (default 5 = 1/4 decade)")
-    parser.add_argument("--k-max", type=float, default=FitOptions.k_max, help="upper bound on the sigmoid's k (default 50)")
-    parser.add_argument("--bootstrap", type=int, default=FitOptions.bootstrap,
+    parser.add_argument("--k-max", type=float, default=FitConfig.k_max, help="upper bound on the sigmoid's k (default 50)")
+    parser.add_argument("--bootstrap", type=int, default=FitConfig.bootstrap,
                         help="bootstrap resamples over runs for confidence intervals (default 200; 0 = none)")
-    parser.add_argument("--seed", type=int, default=FitOptions.seed, help="bootstrap seed (default 0)")
+    parser.add_argument("--seed", type=int, default=FitConfig.seed, help="bootstrap seed (default 0)")
     parser.add_argument("--run-table", default=None, metavar="FILE",
                         help="n and B_problem per run, for logs that do not record them: a CSV with columns run,n,b_problem "
                              "or a YAML run: {n: N, b_problem: B}; run = the run's name as fit shows it or its last "
@@ -69,8 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a curve to compare with in the report and plot: paper:<name> or a curve.json")
 
 
-def options_from_args(args: argparse.Namespace) -> FitOptions:
-    return FitOptions(
+def options_from_args(args: argparse.Namespace) -> FitConfig:
+    return FitConfig(
         metric=args.metric, compute=args.compute, bucket=args.bucket, group_by=args.group_by, fit_on=args.fit_on,
         shared_r0=not args.per_group_r0, ema=args.ema, window=args.window, k_max=args.k_max,
         bootstrap=args.bootstrap, seed=args.seed, n=args.n, b_problem=args.b_problem, run_table=args.run_table,

@@ -26,9 +26,9 @@ import sys
 from pathlib import Path
 
 from verl_isocompute.guided.placement import ORIGINALS, PLACEMENTS, UNSEARCHED
-from verl_isocompute.guided.recipe import CUTS, GuideOptions, write_mixture
+from verl_isocompute.guided.recipe import CUTS, GuideConfig, write_mixture
 
-DEFAULTS = GuideOptions()
+DEFAULTS = GuideConfig()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out.is_dir():
         print(f"isocompute guide: error: -o {args.out} is a directory; give the parquet file to write", file=sys.stderr)
         return 2
-    options = GuideOptions(args.solution_key, args.placement, args.ratio, args.fraction, args.max_fraction, args.seed,
+    options = GuideConfig(args.solution_key, args.placement, args.ratio, args.fraction, args.max_fraction, args.seed,
                            traces=args.traces, prefixes=args.prefixes, copies=args.copies, originals=args.originals,
                            cut=args.cut, unsearched=args.unsearched)
     try:

@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from verl_isocompute.guided.search import RULES
     from verl_isocompute.workflow import prefix_search as ps
 
-    d = ps.PrefixSearchSettings(out=Path("."))
+    d = ps.PrefixSearchConfig(out=Path("."))
     parser.add_argument("data", nargs="+", metavar="DATA",
                         help="verl-format parquet files with an oracle solution column, then any key=value overrides "
                              "of the recipe (verl-style, e.g. isocompute.model=tiny or the reward function)")
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     # one positional list: argparse cannot split two of them around options; an override has "=" and is no file
     overrides = [a for a in args.data if "=" in a and not Path(a).exists()]
     data = [a for a in args.data if a not in overrides]
-    settings = ps.PrefixSearchSettings(
+    settings = ps.PrefixSearchConfig(
         out=args.out, data=tuple(data), recipe=args.recipe, model=args.model, rule=args.rule, k=args.k, band=tuple(args.band),
         max_fraction=args.max_fraction, placement=args.placement, solution_key=args.solution_key, traces=args.traces,
         concurrency=args.concurrency, ray_address=args.ray_address, check_answers=not args.no_answer_check,

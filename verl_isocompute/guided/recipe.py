@@ -27,19 +27,24 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from verl_isocompute import _compat
 from verl_isocompute.guided import spend
 from verl_isocompute.guided.placement import ALL, ASSISTANT, FRACTION, SKIP, USER, GuidedDataset, guided_dataset
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION
 from verl_isocompute.training.conf import files
 
-# Keys of isocompute.guided that are not GuideOptions (how rows are made).
+# Keys of isocompute.guided that are not GuideConfig (how rows are made).
 ENABLE, SPEND = "enable", "spend"
 TEXT, TOKENS = "text", "tokens"  # where a trace is cut: at line / sentence ends, or after h kept token ids
 CUTS = (TEXT, TOKENS)
 
 
+# The settings classes' one suffix (0.2): the old name works for one release.
+__getattr__ = _compat.moved_names(__name__, {}, renamed={"GuideOptions": "GuideConfig"})
+
+
 @dataclass(frozen=True)
-class GuideOptions:
+class GuideConfig:
     """How guided rows are made (the keys of ``isocompute.guided`` besides ``enable`` and ``spend``)."""
 
     solution_key: str = "extra_info.solution"  # column, or dotted path into one, holding the oracle solution
@@ -83,7 +88,7 @@ class GuideOptions:
         return result
 
 
-def no_guided_rows(options: GuideOptions, result: GuidedDataset) -> str:
+def no_guided_rows(options: GuideConfig, result: GuidedDataset) -> str:
     """Why a mixture has no guided row, naming the option to fix (the command's flag, the recipe's key)."""
     if options.traces:
         return (f"no problem has a usable trace in traces={options.traces} ({result.summary()}); curate these problems "
@@ -161,7 +166,7 @@ def read_frames(paths: list[str]):
     return pd.concat([pd.read_parquet(os.path.expanduser(p)) for p in paths], ignore_index=True)
 
 
-def write_mixture(paths: list[str], out: Path, options: GuideOptions) -> GuidedDataset:
+def write_mixture(paths: list[str], out: Path, options: GuideConfig) -> GuidedDataset:
     """Guided mixture of the problems in ``paths`` written atomically to ``out``; nothing is written when it
     would hold no guided row (ValueError naming the option)."""
     from verl_isocompute import atomic
@@ -258,11 +263,11 @@ def prepare_guided(cfg) -> GuidedDataset | None:
     block = guided_block(cfg)
     if not block.get(ENABLE, False):
         return None
-    known = {f.name for f in fields(GuideOptions)}
+    known = {f.name for f in fields(GuideConfig)}
     unknown = set(block) - known - {ENABLE, SPEND}
     if unknown:
         raise ValueError(f"isocompute.guided: unknown key(s) {sorted(unknown)}; known: {ENABLE}, {SPEND}, {', '.join(sorted(known))}")
-    options = GuideOptions(**{k: v for k, v in block.items() if k in known})
+    options = GuideConfig(**{k: v for k, v in block.items() if k in known})
     paths = files(cfg, "data.train_files")
     out = mixture_path(cfg)
     if paths == [str(out)]:

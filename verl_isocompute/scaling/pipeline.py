@@ -1,7 +1,7 @@
 """The whole fit, as one call: run logs -> frontier -> per-n fits -> n*(C) sigmoid -> files.
 
 ``isocompute fit`` and the end of ``isocompute sweep`` both call :func:`run_fit` with a
-:class:`FitOptions`; its defaults are the command's defaults (one place), so a sweep's ``fit:`` block
+:class:`FitConfig`; its defaults are the command's defaults (one place), so a sweep's ``fit:`` block
 and the command line mean the same thing. Pure: no verl, no torch.
 """
 
@@ -12,14 +12,19 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
+from verl_isocompute import _compat
 from verl_isocompute.numeric import is_real, yaml_number
 from verl_isocompute.runlog import DEFAULT_METRIC, VAL_PREFIX
 from verl_isocompute.scaling.curve import Curve
 from verl_isocompute.scaling.fit_defaults import DEFAULT_BOOTSTRAP, DEFAULT_BUCKET, DEFAULT_WINDOW, K_MAX
 
 
+# The settings classes' one suffix (0.2): the old name works for one release.
+__getattr__ = _compat.moved_names(__name__, {}, renamed={"FitOptions": "FitConfig"})
+
+
 @dataclass(frozen=True)
-class FitOptions:
+class FitConfig:
     """Settings of a fit (arXiv 2603.12151, section 4); see ``isocompute fit --help`` for each."""
 
     metric: str | None = None  # None: the val/avg@k the logs have (val/avg@4 with our recipes; see logged_avg_at_k)
@@ -39,7 +44,7 @@ class FitOptions:
     derive_compute: bool = False
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "FitOptions":
+    def from_dict(cls, values: dict[str, Any]) -> "FitConfig":
         """Options from a plain mapping (a sweep plan's ``fit:`` block); unknown keys are an error."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
@@ -51,7 +56,7 @@ class FitOptions:
                 values[name] = yaml_number(values[name])  # a string that is no number: check() names it
         return cls(**values)
 
-    def check(self) -> FitOptions:
+    def check(self) -> FitConfig:
         """Refuse a setting that cannot be fitted with one line naming the option and the fix; return self.
 
         :func:`run_fit` calls it before reading any log, and ``isocompute sweep`` calls it on a plan's
@@ -152,7 +157,7 @@ class FitOutcome:
 def run_fit(
     runs: Sequence[str | os.PathLike],
     out_dir: str | os.PathLike | None,
-    options: FitOptions = FitOptions(),
+    options: FitConfig = FitConfig(),
     compare: Curve | None = None,
     compare_label: str | None = None,
     command: str | None = None,

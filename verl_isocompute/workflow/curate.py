@@ -19,13 +19,13 @@ into train and validation problems (disjoint; the paper holds out 300, fewer for
 ``max_val_fraction`` of the set), and optionally a tuning split taken from the training problems
 (``tune_size``): settings are chosen on it and on training reward, never on the validation problems.
 
-This module holds the curation as a library: :class:`CurateSettings` (every choice, checked by
-:meth:`CurateSettings.check` before anything starts) and :func:`curate` (the whole pipeline, callable from
+This module holds the curation as a library: :class:`CurateConfig` (every choice, checked by
+:meth:`CurateConfig.check` before anything starts) and :func:`curate` (the whole pipeline, callable from
 a notebook), plus its parts that need no verl: loading problems, screening them, the per-problem sample
 cache, the difficulty table, splits, mixtures, the histogram (the paper's Figure 2) and the report.
 Sampling with verl's rollout servers is :mod:`verl_isocompute.workflow.rollouts` (imported only when
 there is something to sample); the command ``isocompute curate`` only parses its arguments into a
-:class:`CurateSettings`.
+:class:`CurateConfig`.
 
 A problem's id is a hash of its prompt and ground truth, so the cache (``samples.jsonl``, one line per
 sampled problem, appended as problems finish) survives reordering and lets an interrupted curation
@@ -71,11 +71,11 @@ _MOVED = {
     **dict.fromkeys(("annotated_rows", "plot_difficulty", "render_report"), "verl_isocompute.workflow.curate_report"),
 }
 
-__getattr__ = _compat.moved_names(__name__, _MOVED)
+__getattr__ = _compat.moved_names(__name__, _MOVED, renamed={"CurateSettings": "CurateConfig"})  # one suffix (0.2)
 
 
 @dataclass(frozen=True)
-class CurateSettings:
+class CurateConfig:
     """Every choice of a curation; ``isocompute curate --help`` describes each (same names, ``-`` for ``_``).
 
     Exactly one source: ``data`` (verl parquet files) or ``generate`` (a reasoning-gym task, ``size``
@@ -167,7 +167,7 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progress: bool = True) -> dict[str, Any]:
+def curate(settings: CurateConfig, log: Callable[[str], None] = _stderr, progress: bool = True) -> dict[str, Any]:
     """Measure avg@k per problem and write the sets into ``settings.out``; returns the summary.
 
     Steps: check the settings; load or generate the problems and screen them (nothing usable fails
@@ -229,7 +229,7 @@ def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progr
     )
 
 
-def _sample(cfg, settings: CurateSettings, pending: pd.DataFrame, states: dict[str, dict], cache: SampleCache,
+def _sample(cfg, settings: CurateConfig, pending: pd.DataFrame, states: dict[str, dict], cache: SampleCache,
             records: dict, rounds: dict, log: Callable[[str], None], progress: bool) -> list[dict]:
     """Sample the pending problems into the cache (their first k, then pass@K rounds while none is correct);
     returns the problems skipped as too long."""

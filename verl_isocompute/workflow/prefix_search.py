@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verl_isocompute import _compat
 from verl_isocompute.data.difficulty import DEFAULT_K
 from verl_isocompute.data.problem_sets import load_parquet, screen
 from verl_isocompute.errors import CurateError
@@ -69,8 +70,12 @@ class PrefixSearchError(CurateError):
     """Input or settings the prefix search cannot use; the message names the fix."""
 
 
+# The settings classes' one suffix (0.2): the old name works for one release.
+__getattr__ = _compat.moved_names(__name__, {}, renamed={"PrefixSearchSettings": "PrefixSearchConfig"})
+
+
 @dataclass(frozen=True)
-class PrefixSearchSettings:
+class PrefixSearchConfig:
     """Every choice of a prefix search; ``isocompute prefix-search --help`` describes each."""
 
     out: Path
@@ -141,7 +146,7 @@ def _round_line(n: int, decided: Mapping[str, Decision], skipped: int) -> str:
             f"exhausted {counts[EXHAUSTED]}, skipped {skipped}")
 
 
-def _unusable(problems: list[Problem], screened, settings: PrefixSearchSettings) -> str:
+def _unusable(problems: list[Problem], screened, settings: PrefixSearchConfig) -> str:
     reasons = dict(Counter(p.reason for p in problems) + Counter(screened["reason"].tolist()))
     if settings.traces:
         return (f"no problem has a usable trace in --traces {settings.traces} ({reasons}); curate these problems "
@@ -150,7 +155,7 @@ def _unusable(problems: list[Problem], screened, settings: PrefixSearchSettings)
             "--solution-key at the oracle solution column")
 
 
-def prefix_search(settings: PrefixSearchSettings, log: Callable[[str], None] = _stderr, progress: bool = True) -> dict[str, Any]:
+def prefix_search(settings: PrefixSearchConfig, log: Callable[[str], None] = _stderr, progress: bool = True) -> dict[str, Any]:
     """Search every problem's prefix and write the outputs into ``settings.out``; returns the summary.
 
     Raises :class:`PrefixSearchError` (or the recipe's / model's own error) on bad input, and
@@ -249,7 +254,7 @@ def guided_prompts(problems: list[Problem], sampler, placement: str) -> dict[tup
     return prompts
 
 
-def _rounds(settings: PrefixSearchSettings, sampler, problems: list[Problem], prompts: Mapping[tuple[str, int], list[int]],
+def _rounds(settings: PrefixSearchConfig, sampler, problems: list[Problem], prompts: Mapping[tuple[str, int], list[int]],
             cache: SampleCache, records: list, log: Callable[[str], None], progress: bool) -> int:
     """Sample rounds until no problem is pending; Ray and the replicas start only if something is pending."""
     from tqdm import tqdm

@@ -8,7 +8,7 @@ A budget that pays any cell more than :data:`~verl_isocompute.scaling.allocation
 as ``isocompute allocate`` refuses it. This module is pure Python (PyYAML; the fit's options from
 :mod:`verl_isocompute.scaling.pipeline`):
 ``isocompute sweep --dry-run`` and the tests use it without verl or torch. :func:`parse_plan` checks
-every field, the ``fit:`` block by building the fit's own :class:`FitOptions`, and the ``ray:`` block;
+every field, the ``fit:`` block by building the fit's own :class:`FitConfig`, and the ``ray:`` block;
 :func:`check_data_files` that the data files exist. The YAML schema (documented in docs/WORKFLOW.md)::
 
     name: pilot-easy                  # default: the plan file's name
@@ -42,7 +42,7 @@ import yaml
 from verl_isocompute import _compat
 from verl_isocompute.numeric import as_count, integral, yaml_number
 from verl_isocompute.scaling.allocation import MAX_STEPS
-from verl_isocompute.scaling.pipeline import FitOptions
+from verl_isocompute.scaling.pipeline import FitConfig
 from verl_isocompute.workflow.sweep.grid import (
     CELL_KEYS,
     DEFAULT_VAL_POINTS,
@@ -59,10 +59,10 @@ _TOP_KEYS = {
     "name", "recipe", "overrides", "data", "budget_rollouts", "b_problem", "n", "b_max", "val_points",
     "test_freq", "sweep_dir", "fit", "ray",
 }
-_FIT_KEYS = {f.name for f in fields(FitOptions)}  # a plan's fit: block is isocompute fit's options
-# The ray: block's keys are executors.RayOptions' fields (tests/test_sweep_plan.py checks they agree).
+_FIT_KEYS = {f.name for f in fields(FitConfig)}  # a plan's fit: block is isocompute fit's options
+# The ray: block's keys are executors.RayConfig' fields (tests/test_sweep_plan.py checks they agree).
 _RAY_KEYS = {"address", "max_concurrent", "python", "env_vars", "mode", "num_gpus", "num_cpus"}
-RAY_MODES = ("private", "join")  # how a cell uses the cluster (executors.RayOptions.mode)
+RAY_MODES = ("private", "join")  # how a cell uses the cluster (executors.RayConfig.mode)
 RAY_PLAN_MODES = ("auto", *RAY_MODES)  # auto: private on one node, join on several (preflight.ray_options)
 
 # Names that lived here until 0.2 and moved with the grid; the old path works for one release.
@@ -171,14 +171,14 @@ def parse_plan(raw: Any, base_dir: str | os.PathLike = ".", default_name: str = 
     return plan
 
 
-def fit_options(values: dict[str, Any]) -> FitOptions:
-    """A plan's ``fit:`` block as the :class:`FitOptions` ``isocompute fit`` builds from its flags, checked."""
+def fit_options(values: dict[str, Any]) -> FitConfig:
+    """A plan's ``fit:`` block as the :class:`FitConfig` ``isocompute fit`` builds from its flags, checked."""
     from verl_isocompute.scaling.errors import ScalingError
 
     unknown = sorted(set(values) - _FIT_KEYS)
     if unknown:
         raise PlanError(f"unknown fit key(s) {unknown}; known: {sorted(_FIT_KEYS)}")
-    options = FitOptions.from_dict(values)
+    options = FitConfig.from_dict(values)
     try:
         options.check()  # the fit's own value checks, the same as `isocompute fit` runs on its flags
     except ScalingError as exc:
@@ -187,7 +187,7 @@ def fit_options(values: dict[str, Any]) -> FitOptions:
 
 
 def _ray_block(raw: Any) -> dict[str, Any]:
-    """The ``ray:`` block, checked (how each key is used: :class:`~.executors.RayOptions`)."""
+    """The ``ray:`` block, checked (how each key is used: :class:`~.executors.RayConfig`)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
