@@ -244,7 +244,7 @@ def test_verl_interfaces_curation_relies_on():
 
 
 def test_the_command_line_defaults_are_the_settings_defaults(tmp_path):
-    """isocompute curate's flags default to CurateConfig' values, written once (a library caller and the
+    """isocompute curate's flags default to CurateConfig's values, written once (a library caller and the
     command get the same curation)."""
     from verl_isocompute.commands.cli import parse_args
     from verl_isocompute.commands.curate import settings_from_args

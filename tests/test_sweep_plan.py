@@ -99,8 +99,8 @@ def test_bad_plans_name_the_field(raw, message):
 
 
 def test_settings_defaults_are_written_once():
-    """A plan's ray: block takes RayConfig' fields and defaults; a plan's fit: block and isocompute fit's
-    flags take FitConfig' defaults, which are the fitting functions' own keyword defaults."""
+    """A plan's ray: block takes RayConfig's fields and defaults; a plan's fit: block and isocompute fit's
+    flags take FitConfig's defaults, which are the fitting functions' own keyword defaults."""
     import dataclasses
     import inspect
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from verl_isocompute.scaling.curve import COMPUTE_UNITS
 from verl_isocompute.scaling.pipeline import FitConfig, run_fit
+from verl_isocompute.settings import add_setting, from_args
 
 PROG = "isocompute fit"
 
@@ -29,53 +30,28 @@ PROG = "isocompute fit"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUNS", help="run directories, log files, or directories to search")
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="output directory (created if needed)")
-    parser.add_argument("--metric", default=FitConfig.metric,
-                        help="logged metric to maximise (default: val/avg@k, with the k the runs validated with: val/avg@4 "
-                             "in our recipes, val/avg@1 with our pieces on verl's ppo_trainer; val/best@4 or val/worst@4 "
-                             "give their own n*)")
-    parser.add_argument("--compute", choices=COMPUTE_UNITS, default=FitConfig.compute,
-                        help="compute unit C: cumulative rollouts (default), generated tokens, rollouts_with_guidance "
-                             "(plus the rollouts spent before training to find the guidance, PrefixRL's count) or "
-                             "rollouts_with_curation (plus curation too: both arms of a comparison spend it); "
-                             "spend on the training problems only (docs/GUIDED.md)")
-    parser.add_argument("--bucket", type=float, default=FitConfig.bucket,
-                        help="reward bucket width for record-breaking points (default 0.01; 0 = none)")
-    parser.add_argument("--group-by", choices=("n", "n,b_problem"), default=FitConfig.group_by, metavar="{n | n,b_problem}",
-                        help="one curve per n (B_problem fixed, default) or per (n, B_problem) for the joint sweep")
-    parser.add_argument("--fit-on", choices=("all", "records"), default=FitConfig.fit_on,
-                        help="fit each group's curve to all validation points (default) or to its record-breaking points")
-    parser.add_argument("--per-group-r0", action="store_true",
-                        help="fit R0 (reward at C -> 0) per group instead of sharing one across groups")
-    parser.add_argument("--ema", type=float, default=FitConfig.ema,
-                        help="per-run EMA smoothing of the metric, weight of the past in [0, 1) (default 0 = off)")
-    parser.add_argument("--window", type=int, default=FitConfig.window,
-                        help="running-average window over the n*(C) grid, in grid points (default 5 = 1/4 decade)")
-    parser.add_argument("--k-max", type=float, default=FitConfig.k_max, help="upper bound on the sigmoid's k (default 50)")
-    parser.add_argument("--bootstrap", type=int, default=FitConfig.bootstrap,
-                        help="bootstrap resamples over runs for confidence intervals (default 200; 0 = none)")
-    parser.add_argument("--seed", type=int, default=FitConfig.seed, help="bootstrap seed (default 0)")
-    parser.add_argument("--run-table", default=None, metavar="FILE",
-                        help="n and B_problem per run, for logs that do not record them: a CSV with columns run,n,b_problem "
-                             "or a YAML run: {n: N, b_problem: B}; run = the run's name as fit shows it or its last "
-                             "path component (a tensorboard run: its experiment name)")
-    parser.add_argument("--n", type=int, default=None,
-                        help="n for every run whose log, run table and hydra record do not say it (verl file logs, "
-                             "tensorboard, CSVs)")
-    parser.add_argument("--b-problem", type=int, default=None,
-                        help="B_problem (data.train_batch_size) for every run whose log, run table and hydra record do not say it")
-    parser.add_argument("--derive-compute", action="store_true",
-                        help="ignore logged compute counters; use C = step x n x b_problem")
+    add_setting(parser, FitConfig, "metric")
+    add_setting(parser, FitConfig, "compute", choices=COMPUTE_UNITS)
+    add_setting(parser, FitConfig, "bucket", type=float)
+    add_setting(parser, FitConfig, "group_by", choices=("n", "n,b_problem"), metavar="{n | n,b_problem}")
+    add_setting(parser, FitConfig, "fit_on", choices=("all", "records"))
+    add_setting(parser, FitConfig, "shared_r0", "--per-group-r0", action="store_true", default=False,
+                help="fit R0 (reward at C -> 0) per group instead of sharing one across groups")
+    add_setting(parser, FitConfig, "ema", type=float)
+    add_setting(parser, FitConfig, "window", type=int)
+    add_setting(parser, FitConfig, "k_max", type=float)
+    add_setting(parser, FitConfig, "bootstrap", type=int)
+    add_setting(parser, FitConfig, "seed", type=int)
+    add_setting(parser, FitConfig, "run_table", metavar="FILE")
+    add_setting(parser, FitConfig, "n", type=int)
+    add_setting(parser, FitConfig, "b_problem", type=int)
+    add_setting(parser, FitConfig, "derive_compute", action="store_true")
     parser.add_argument("--compare", default=None, metavar="CURVE",
                         help="a curve to compare with in the report and plot: paper:<name> or a curve.json")
 
 
 def options_from_args(args: argparse.Namespace) -> FitConfig:
-    return FitConfig(
-        metric=args.metric, compute=args.compute, bucket=args.bucket, group_by=args.group_by, fit_on=args.fit_on,
-        shared_r0=not args.per_group_r0, ema=args.ema, window=args.window, k_max=args.k_max,
-        bootstrap=args.bootstrap, seed=args.seed, n=args.n, b_problem=args.b_problem, run_table=args.run_table,
-        derive_compute=args.derive_compute,
-    )
+    return from_args(FitConfig, args, shared_r0=not args.per_group_r0)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -61,6 +61,7 @@ from verl_isocompute.guided.prefix_search import (
 )
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION
 from verl_isocompute.guided.search import CHOSEN, EXHAUSTED, PENDING, POPE, RULES, Decision, decisions, next_rungs
+from verl_isocompute.settings import setting
 from verl_isocompute.workflow.sample_cache import SampleCache
 
 GUIDED_ENABLE = "isocompute.guided.enable"
@@ -76,24 +77,35 @@ __getattr__ = _compat.moved_names(__name__, {}, renamed={"PrefixSearchSettings":
 
 @dataclass(frozen=True)
 class PrefixSearchConfig:
-    """Every choice of a prefix search; ``isocompute prefix-search --help`` describes each."""
+    """Every choice of a prefix search, each with its help text (``isocompute prefix-search --help`` is built
+    from them)."""
 
-    out: Path
-    data: tuple[str, ...] = ()
-    recipe: str = "cpu_demo"
-    model: str | None = None  # tiny | smollm2 | a checkpoint path; None keeps the recipe's (as curate --model)
-    rule: str = POPE
-    k: int = DEFAULT_K
-    band: tuple[float, float] = DEFAULT_BAND
-    max_fraction: float = DEFAULT_MAX_FRACTION
-    placement: str | None = None  # None: user (POPE) for a solution column, assistant (PrefixRL) with traces
-    solution_key: str = "extra_info.solution"
-    traces: str | None = None  # a `curate --keep-correct` directory: ladders cut from its traces, not solution_key
-    concurrency: int = 64
-    ray_address: str | None = None
-    check_answers: bool = True
-    restart: bool = False
-    overrides: tuple[str, ...] = ()
+    out: Path = setting(help="output directory (also the rung cache)")
+    data: tuple[str, ...] = setting(
+        (), "verl-format parquet files with an oracle solution column, then any key=value overrides of the recipe "
+        "(verl-style, e.g. isocompute.model=tiny or the reward function)",
+    )
+    recipe: str = setting("cpu_demo", "recipe giving model, rollout, sampling and reward")
+    model: str | None = setting(None, "tiny | smollm2 | a local checkpoint path, as curate --model",
+                                default_help="default: the recipe's")
+    rule: str = setting(POPE, "pope: shortest prefix with >= 1 correct of k; band: guided avg@k in the band")
+    k: int = setting(DEFAULT_K, "samples per rung (curation's k)")
+    band: tuple[float, float] = setting(DEFAULT_BAND, "target guided avg@k of the band rule")
+    max_fraction: float = setting(DEFAULT_MAX_FRACTION, "longest prefix, as a share of the solution's characters (POPE's quarter)")
+    placement: str | None = setting(
+        None, "user: POPE's user-turn prefix; assistant: PrefixRL's assistant-turn prefix",
+        default_help="default user; assistant with traces",
+    )
+    solution_key: str = setting("extra_info.solution", "column (or dotted path into one) with the oracle solution")
+    traces: str | None = setting(
+        None, "cut the ladders from the base model's correct responses that `isocompute curate --keep-correct --out "
+        "CURATE_OUT` kept (PrefixRL; the shortest usable trace per problem) instead of the solution key",
+    )
+    concurrency: int = setting(64, "rungs in flight at once")
+    ray_address: str | None = setting(None, "join this running Ray cluster instead of starting a private instance")
+    check_answers: bool = setting(True, "skip problems whose reference answer math-verify cannot parse (off for non-math rewards)")
+    restart: bool = setting(False, "discard the cached rung samples in the output directory")
+    overrides: tuple[str, ...] = setting((), "verl-style key=value overrides of the recipe")
 
     @property
     def chosen_placement(self) -> str:

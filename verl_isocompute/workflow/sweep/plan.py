@@ -60,7 +60,7 @@ _TOP_KEYS = {
     "test_freq", "sweep_dir", "fit", "ray",
 }
 _FIT_KEYS = {f.name for f in fields(FitConfig)}  # a plan's fit: block is isocompute fit's options
-# The ray: block's keys are executors.RayConfig' fields (tests/test_sweep_plan.py checks they agree).
+# The ray: block's keys are executors.RayConfig's fields (tests/test_sweep_plan.py checks they agree).
 _RAY_KEYS = {"address", "max_concurrent", "python", "env_vars", "mode", "num_gpus", "num_cpus"}
 RAY_MODES = ("private", "join")  # how a cell uses the cluster (executors.RayConfig.mode)
 RAY_PLAN_MODES = ("auto", *RAY_MODES)  # auto: private on one node, join on several (preflight.ray_options)
