@@ -44,6 +44,7 @@ def _gen_arg(text: str) -> tuple[str, object]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from verl_isocompute.data.difficulty import Thresholds
     from verl_isocompute.settings import add_setting, default_of
+    from verl_isocompute.training.names import ROLLOUT_NAME
     from verl_isocompute.workflow.curate import CurateConfig as config
 
     # every default and help text is CurateConfig's own, so the command line and the library agree (written once)
@@ -55,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_setting(parser, config, "out", required=True, type=Path, metavar="DIR")
     add_setting(parser, config, "recipe")
     add_setting(parser, config, "model")
-    add_setting(parser, config, "rollout", choices=("hf", "vllm"))
+    add_setting(parser, config, "rollout", choices=(ROLLOUT_NAME, "vllm"))
     add_setting(parser, config, "k", type=int)
     add_setting(parser, config, "temperature", type=float)
     add_setting(parser, config, "top_p", type=float)
@@ -95,22 +96,14 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from verl_isocompute.commands.cli import error
-    from verl_isocompute.errors import IsoComputeError
     from verl_isocompute.workflow import curate as c
     from verl_isocompute.workflow.launch import Interrupted
     from verl_isocompute.workflow.sample_cache import SAMPLES_FILE
 
-    try:
-        settings = settings_from_args(args)
-        settings.check()  # before any start-up: a bad flag costs nothing
-    except IsoComputeError as exc:
-        return error(PROG, str(exc))
-
+    settings = settings_from_args(args)
+    settings.check()  # before any start-up: a bad flag costs nothing
     try:
         summary = c.curate(settings)
-    except IsoComputeError as exc:  # a recipe, model, traces or curation error: one line
-        return error(PROG, str(exc))
     except Interrupted as exc:
         print(f"{PROG}: stopped by {exc}; Ray is stopped; kept the samples taken so far in "
               f"{settings.out / SAMPLES_FILE}: rerun the same command to resume", file=sys.stderr)

@@ -56,7 +56,6 @@ def options_from_args(args: argparse.Namespace) -> FitConfig:
 
 def run(args: argparse.Namespace) -> int:
     from verl_isocompute.commands.cli import error
-    from verl_isocompute.errors import IsoComputeError
     from verl_isocompute.scaling.curve import STALE_CURVE_FILE, load_curve
     from verl_isocompute.scaling.errors import FitError
 
@@ -64,17 +63,13 @@ def run(args: argparse.Namespace) -> int:
         compare = load_curve(args.compare) if args.compare else None
         outcome = run_fit(args.runs, args.out, options_from_args(args), compare=compare,
                           compare_label=args.compare, command=_command(args))
-    except FitError as exc:
-        _error(f"{exc}\nNothing was written; previous outputs in {args.out} are untouched.")
+    except FitError as exc:  # exit 1, not 2: the input was good, the fit did not converge
+        error(PROG, f"{exc}\nNothing was written; previous outputs in {args.out} are untouched.")
         return 1
-    except IsoComputeError as exc:  # a scaling or curve error: one line
-        return error(PROG, str(exc))
     except OSError as exc:
         if exc.filename and not _inside(exc.filename, args.out):  # an input, read where records.py does not look
-            _error(f"cannot read {exc.filename}: {exc.strerror or exc}; nothing was written")
-        else:
-            _error(f"cannot write to {args.out}: {exc}; previous outputs are untouched")
-        return 2
+            return error(PROG, f"cannot read {exc.filename}: {exc.strerror or exc}; nothing was written")
+        return error(PROG, f"cannot write to {args.out}: {exc}; previous outputs are untouched")
     result, written = outcome.result, outcome.written
 
     for note in result.frontier.notes:
@@ -86,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if result.curve is None:
         stale = next((p for p in written if p.name == STALE_CURVE_FILE), None)
         aside = f" The older curve.json there describes other runs: it was renamed {stale}." if stale else ""
-        _error(f"no n*(C) curve: {result.no_curve_reason}. The frontier was written to {args.out}.{aside}")
+        error(PROG, f"no n*(C) curve: {result.no_curve_reason}. The frontier was written to {args.out}.{aside}")
         return 1
     c = result.curve
     print(
@@ -103,10 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     args.argv = argv
-    from verl_isocompute.commands.cli import closed_pipe_safe
+    from verl_isocompute.commands.cli import run_command
 
-    with closed_pipe_safe():
-        return run(args)
+    return run_command(PROG, run, args)
 
 
 def _command(args: argparse.Namespace) -> str | None:
@@ -121,10 +115,6 @@ def _command(args: argparse.Namespace) -> str | None:
 
 def _inside(path: str, folder: Path) -> bool:
     return Path(path).absolute().is_relative_to(folder.absolute())
-
-
-def _error(message: str) -> None:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -22,12 +22,13 @@ Exit status: 0 written; 2 bad input, or no guided row would be written (nothing 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from verl_isocompute.guided.placement import ORIGINALS, PLACEMENTS, UNSEARCHED
 from verl_isocompute.guided.recipe import CUTS, GuideConfig, write_mixture
 from verl_isocompute.settings import add_setting, from_args
+
+PROG = "isocompute guide"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,21 +49,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from verl_isocompute.commands.cli import error
+
     missing = [str(p) for p in args.train if not p.is_file()]
     if missing:
-        print(f"isocompute guide: error: {', '.join(missing)} not found; pass training parquet files", file=sys.stderr)
-        return 2
+        return error(PROG, f"{', '.join(missing)} not found; pass training parquet files")
     if args.out.is_dir():
-        print(f"isocompute guide: error: -o {args.out} is a directory; give the parquet file to write", file=sys.stderr)
-        return 2
+        return error(PROG, f"-o {args.out} is a directory; give the parquet file to write")
     options = from_args(GuideConfig, args)
     try:
         result = write_mixture([str(p) for p in args.train], args.out, options)
-    except ValueError as exc:
-        print(f"isocompute guide: error: {exc}", file=sys.stderr)
-        return 2
+    except ValueError as exc:  # the guided rules raise ValueError naming the option and the fix
+        return error(PROG, str(exc))
     except OSError as exc:
-        print(f"isocompute guide: error: cannot write -o {args.out}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return error(PROG, f"cannot write -o {args.out}: {exc.strerror or exc}")
     print(f"wrote {args.out}: {result.summary()}")
     return 0

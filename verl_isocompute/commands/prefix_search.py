@@ -60,8 +60,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from verl_isocompute.commands.cli import error
-    from verl_isocompute.errors import IsoComputeError
     from verl_isocompute.guided.prefix_search import PLOT_FILE, PREFIXES_FILE, RECORDS_FILE
     from verl_isocompute.settings import from_args
     from verl_isocompute.workflow import prefix_search as ps
@@ -72,15 +70,9 @@ def run(args: argparse.Namespace) -> int:
     data = [a for a in args.data if a not in overrides]
     settings = from_args(ps.PrefixSearchConfig, args, data=tuple(data), band=tuple(args.band),
                          check_answers=not args.no_answer_check, overrides=tuple(overrides))
-    try:
-        settings.check()  # before any start-up: a bad flag costs nothing
-    except IsoComputeError as exc:
-        return error(PROG, str(exc))
-
+    settings.check()  # before any start-up: a bad flag costs nothing
     try:
         summary = ps.prefix_search(settings)
-    except IsoComputeError as exc:  # a recipe, model or search error: one line
-        return error(PROG, str(exc))
     except Interrupted as exc:
         records = settings.out / RECORDS_FILE
         kept = (f"kept the rungs sampled so far in {records}" if records.is_file() and records.stat().st_size

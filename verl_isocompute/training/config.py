@@ -195,7 +195,7 @@ def check_trainer_settings(cfg: DictConfig) -> None:
     itself too, for runs verl's main_ppo started: a known zero-variance mode, one actor update per step, the
     warm-up schedule of :func:`check_warmup_schedule`, and one mini-batch per step when a seq-mean loss
     drops rows."""
-    mode = select(cfg, "isocompute.zero_variance.mode", default="off")
+    mode = select(cfg, "isocompute.zero_variance.mode", default=OFF)
     if mode not in ZERO_VARIANCE_MODES:
         raise RecipeError(f"isocompute.zero_variance.mode={mode!r}: use one of {', '.join(ZERO_VARIANCE_MODES)}")
     # Update k is global step k (the rate the trainer logs, and the seed of the decoupled subset, rely on it).
