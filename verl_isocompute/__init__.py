@@ -17,7 +17,8 @@ Where things live:
   problem's identity.
 - ``plugin``     the ``verl.plugins`` entry point; ``main`` the recipe entry point
   (``python -m verl_isocompute.main``); ``runlog`` the run-log contract between training and fitting;
-  ``atomic`` the one way we write result files; ``verl_keys`` where verl keeps n, B_problem and steps.
+  ``atomic`` the one way we write result files; ``verl_keys`` where verl keeps n, B_problem and steps;
+  ``settings`` the fields of settings dataclasses (default and help), from which the commands' options are built.
 
 The layers (pure rules -> verl-facing -> workflow drivers -> commands) and what each may import: README.md,
 Layout; ``tests/test_layers.py`` checks them.
