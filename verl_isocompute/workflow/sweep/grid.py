@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl_isocompute import verl_keys
 from verl_isocompute.errors import IsoComputeError
 
 # The paper's grid (arXiv 2603.12151, section 4): powers of two.
@@ -27,16 +28,17 @@ PAPER_N: tuple[int, ...] = tuple(2**i for i in range(3, 12))  # 8 .. 2048
 PAPER_B_MAX = {"easy": 65_536, "hard": 16_384}
 DEFAULT_VAL_POINTS = 8
 
-# Keys every cell sets itself: a plan must not override them (the cell's value would silently lose or win).
+# Keys every cell sets itself, in the order of its overrides: a plan must not override them (the cell's value
+# would silently lose or win).
 CELL_KEYS = (
-    "data.train_batch_size",
-    "actor_rollout_ref.rollout.n",
+    verl_keys.N,
+    verl_keys.B_PROBLEM,
     "actor_rollout_ref.actor.ppo_mini_batch_size",
-    "trainer.total_training_steps",
-    "trainer.total_epochs",
+    verl_keys.STEPS,
+    verl_keys.EPOCHS,
     "trainer.test_freq",
-    "isocompute.run_dir",
     "trainer.experiment_name",
+    "isocompute.run_dir",
 )
 
 
@@ -172,21 +174,14 @@ def cell_overrides(plan: Plan, cell: Cell, run_dir: str | os.PathLike, dataset_s
     epochs = cell.steps if dataset_size is None else math.ceil(cell.steps / (dataset_size // cell.b_problem))
     out = list(plan.overrides)
     if plan.train_files:
-        out += [f"data.train_files={_hydra_list(plan.train_files)}", f"data.val_files={_hydra_list(plan.val_files)}"]
+        out += [f"{verl_keys.TRAIN_FILES}={_hydra_list(plan.train_files)}", f"{verl_keys.VAL_FILES}={_hydra_list(plan.val_files)}"]
         # our recipes may generate their data; files given in the plan win (++: add or override)
         if not any(override_key(o) == "isocompute.data.source" for o in plan.overrides):
             out.append("++isocompute.data.source=files")
-    out += [
-        f"actor_rollout_ref.rollout.n={cell.n}",
-        f"data.train_batch_size={cell.b_problem}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={cell.b_problem}",
-        f"trainer.total_training_steps={cell.steps}",
-        f"trainer.total_epochs={epochs}",
-        f"trainer.test_freq={plan.test_freq_for(cell)}",
-        f"trainer.experiment_name={plan.name}-{cell.id}",
-        f"isocompute.run_dir={run_dir}",
-    ]
-    return out
+    # B_problem is also the mini-batch: one optimizer step per rollout batch
+    values = (cell.n, cell.b_problem, cell.b_problem, cell.steps, epochs, plan.test_freq_for(cell),
+              f"{plan.name}-{cell.id}", run_dir)
+    return out + [f"{key}={value}" for key, value in zip(CELL_KEYS, values, strict=True)]
 
 
 def micro_batch_issue(cell: Cell, world_size: int, micro_batches: dict[str, int | None]) -> str | None:
