@@ -95,7 +95,7 @@ def main() -> None:
     times = {}
 
     started = time.perf_counter()
-    c.curate(c.CurateSettings(out=work / "curate", data=(str(data),), model="smollm2", k=args.k,
+    c.curate(c.CurateConfig(out=work / "curate", data=(str(data),), model="smollm2", k=args.k,
                               max_response_length=args.response_length, sets=("extremely_hard",),
                               overrides=("data.max_prompt_length=256",)), progress=False)
     times["curate"] = time.perf_counter() - started
@@ -105,7 +105,7 @@ def main() -> None:
     unguided_rollouts = int(difficulty["k"].sum())
 
     started = time.perf_counter()
-    summary = search.prefix_search(search.PrefixSearchSettings(
+    summary = search.prefix_search(search.PrefixSearchConfig(
         out=work / "search", data=(str(hard_file),), k=args.k, max_fraction=args.max_fraction,
         placement=args.placement, overrides=tuple(overrides)), progress=False)
     times["search"] = time.perf_counter() - started

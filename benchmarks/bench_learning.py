@@ -101,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def curate(args) -> Path:
     """Generate the problems and run ``isocompute curate`` on them (its sample cache makes a rerun resume)."""
     from verl_isocompute import atomic
-    from verl_isocompute.data.arithmetic import ArithmeticSpec, write_problems
+    from verl_isocompute.data.arithmetic import ArithmeticConfig, write_problems
 
     import pandas as pd
 
@@ -111,7 +111,7 @@ def curate(args) -> Path:
         frames = []
         for i, (ops, digits, terms, size) in enumerate(args.pool or [parse_pool(p) for p in DEFAULT_POOLS]):
             task = "products" if ops == "products" else "basic_arithmetic"
-            spec = ArithmeticSpec(max_digits=digits, min_terms=terms, max_terms=terms, prompt="worked_example", seed=i,
+            spec = ArithmeticConfig(max_digits=digits, min_terms=terms, max_terms=terms, prompt="worked_example", seed=i,
                                   task=task, **({} if task == "products" else {"operators": ops}),
                                   allow_parentheses=False)
             frame = pd.read_parquet(write_problems(args.out / "pools" / f"{i}.parquet", spec, size=size))

@@ -53,7 +53,7 @@ from verl_isocompute.scaling.envelope import envelope
 from verl_isocompute.scaling.groups import make_groups
 from verl_isocompute.scaling.saturating import bin_points, fit_saturating
 from verl_isocompute.scaling.sigmoid_fit import fit_sigmoid
-from verl_isocompute.scaling.pipeline import FitOptions, run_fit
+from verl_isocompute.scaling.pipeline import FitConfig, run_fit
 from verl_isocompute.scaling.synthetic import (
     curves_for,
     synthetic_sweep,
@@ -186,7 +186,7 @@ def main() -> None:
 
         load_before = os.getloadavg()[0]
         cpu_start = time.process_time()
-        outcome, pipeline = timed(run_fit, [folder / "runs"], folder / "out", FitOptions(bootstrap=BOOTSTRAP))
+        outcome, pipeline = timed(run_fit, [folder / "runs"], folder / "out", FitConfig(bootstrap=BOOTSTRAP))
         pipeline_cpu = time.process_time() - cpu_start
         assert outcome.curve is not None and "torch" not in sys.modules
 

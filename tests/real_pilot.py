@@ -32,9 +32,9 @@ SEED = 0
 
 def options():
     """The fit options the sweep's plan used (recorded with the fixture)."""
-    from verl_isocompute.scaling.pipeline import FitOptions
+    from verl_isocompute.scaling.pipeline import FitConfig
 
-    return FitOptions.from_dict(json.loads(EXPECTED.read_text())["options"])
+    return FitConfig.from_dict(json.loads(EXPECTED.read_text())["options"])
 
 
 def figures(result, budget: float) -> dict:

@@ -72,11 +72,12 @@ def _entry_point_refuses(tmp_path, monkeypatch, plan, message):
     """``python -m verl_isocompute.main`` on the plan's (first refused) cell: prepare() raises the same line
     before it builds the model (nothing appears in the model cache) or starts Ray (run_ppo is never reached)."""
     from verl_isocompute import main as entry
-    from verl_isocompute.training import config
-    from verl_isocompute.workflow.sweep.plan import cell_overrides, parse_plan
+    from verl_isocompute.training import config, prepare
+    from verl_isocompute.workflow.sweep.grid import cell_overrides
+    from verl_isocompute.workflow.sweep.plan import parse_plan
     from verl_isocompute.workflow.sweep.preflight import compose
 
-    monkeypatch.setattr(config, "prepare_model", lambda cfg: pytest.fail("the model was prepared before the check"))
+    monkeypatch.setattr(prepare, "prepare_model", lambda cfg: pytest.fail("the model was prepared before the check"))
     parsed = parse_plan(plan, base_dir=tmp_path)
     cell = parsed.runnable()[0]
     cfg = compose(parsed.recipe, cell_overrides(parsed, cell, tmp_path / "run"))

@@ -36,7 +36,8 @@ def test_old_names_work_in_a_fresh_interpreter():
 
 @pytest.mark.parametrize(
     "old",
-    ["verl_isocompute.scaling.fit", "verl_isocompute.scaling.compare", "verl_isocompute.workflow.curate", "verl_isocompute.workflow.sweep.runner"],
+    ["verl_isocompute.scaling.fit", "verl_isocompute.scaling.compare", "verl_isocompute.workflow.curate", "verl_isocompute.workflow.sweep.runner",
+     "verl_isocompute.training.config", "verl_isocompute.workflow.sweep.plan"],
 )
 def test_names_moved_out_of_a_split_module_still_import_with_a_warning(old):
     """A module split by concept keeps its old names for one release: the same object, a DeprecationWarning."""
@@ -47,3 +48,22 @@ def test_names_moved_out_of_a_split_module_still_import_with_a_warning(old):
             assert getattr(module, name) is getattr(importlib.import_module(new), name)
     with pytest.raises(AttributeError):
         getattr(module, "no_such_name")
+
+
+@pytest.mark.parametrize(
+    "module, old, new",
+    [
+        ("verl_isocompute.workflow.curate", "CurateSettings", "CurateConfig"),
+        ("verl_isocompute.workflow.prefix_search", "PrefixSearchSettings", "PrefixSearchConfig"),
+        ("verl_isocompute.scaling.pipeline", "FitOptions", "FitConfig"),
+        ("verl_isocompute.workflow.sweep.executors", "RayOptions", "RayConfig"),
+        ("verl_isocompute.guided.recipe", "GuideOptions", "GuideConfig"),
+        ("verl_isocompute.data.arithmetic", "ArithmeticSpec", "ArithmeticConfig"),
+        ("verl_isocompute.data.worked", "WorkedSpec", "WorkedConfig"),
+    ],
+)
+def test_settings_classes_renamed_to_one_suffix_keep_their_old_name_with_a_warning(module, old, new):
+    """0.2 names every settings dataclass ``...Config``; the old name is the same class for one release."""
+    loaded = importlib.import_module(module)
+    with pytest.warns(DeprecationWarning, match=f"{module}.{old} is now {module}.{new}"):
+        assert getattr(loaded, old) is getattr(loaded, new)

@@ -11,7 +11,7 @@ from verl_isocompute.cpu.models import (
     check_model_path,
     ensure_model,
 )
-from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
+from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
 
 
 def test_tiny_tokenizer_is_byte_level_chatml():
@@ -55,7 +55,7 @@ def test_tokenizer_without_chat_template_is_rejected(tiny_model_path, tmp_path):
 
 
 def test_arithmetic_dataset_in_verl_format(tmp_path):
-    spec = ArithmeticSpec(train_size=20, val_size=5, seed=3)
+    spec = ArithmeticConfig(train_size=20, val_size=5, seed=3)
     train, val = write_arithmetic_dataset(tmp_path / "a", spec)
     df_train, df_val = pd.read_parquet(train), pd.read_parquet(val)
     assert len(df_train) == 20 and len(df_val) == 5
@@ -71,7 +71,7 @@ def test_arithmetic_dataset_in_verl_format(tmp_path):
 def test_worked_example_prompt_and_plain_operands(tmp_path):
     from verl_isocompute.data.arithmetic import WORKED_EXAMPLE, write_problems
 
-    spec = ArithmeticSpec(max_digits=2, operators="+-", allow_parentheses=False, prompt="worked_example")
+    spec = ArithmeticConfig(max_digits=2, operators="+-", allow_parentheses=False, prompt="worked_example")
     df = pd.read_parquet(write_problems(tmp_path / "p.parquet", spec, size=50))
     assert len(df) == 50
     prompt = df.iloc[0]["prompt"]
@@ -83,9 +83,9 @@ def test_worked_example_prompt_and_plain_operands(tmp_path):
         assert op in "+-" and 0 <= int(a) <= 100 and 0 <= int(b) <= 100  # plain operands: no sign, no brackets
         assert int(answer) == (int(a) + int(b) if op == "+" else int(a) - int(b))
     # the demo's default set keeps its name (its cached files); another spec gets its own
-    assert ArithmeticSpec().name == "arith-s0-t22-d11-256-32" and spec.name != ArithmeticSpec(max_digits=2).name
+    assert ArithmeticConfig().name == "arith-s0-t22-d11-256-32" and spec.name != ArithmeticConfig(max_digits=2).name
     with pytest.raises(ValueError, match="isocompute.data.prompt='fewshot'"):
-        ArithmeticSpec(prompt="fewshot")
+        ArithmeticConfig(prompt="fewshot")
 
 
 def test_products_task_multiplies_its_operands(tmp_path):
@@ -95,13 +95,13 @@ def test_products_task_multiplies_its_operands(tmp_path):
 
     from verl_isocompute.data.arithmetic import write_problems
 
-    spec = ArithmeticSpec(task="products", min_terms=3, max_terms=3, prompt="worked_example")
+    spec = ArithmeticConfig(task="products", min_terms=3, max_terms=3, prompt="worked_example")
     df = pd.read_parquet(write_problems(tmp_path / "p.parquet", spec, size=40))
     for question, answer in zip(df["extra_info"].map(lambda e: e["question"]), df["reward_model"].map(lambda r: r["ground_truth"])):
         expression = question.removeprefix("Solve the following multiplication: ").split(".")[0]
         operands = [int(x) for x in expression.split(" * ")]
         assert len(operands) == 3 and all(0 <= x <= 9 for x in operands)
         assert int(answer) == prod(operands)
-    assert spec.name != ArithmeticSpec(min_terms=3, max_terms=3, prompt="worked_example").name
+    assert spec.name != ArithmeticConfig(min_terms=3, max_terms=3, prompt="worked_example").name
     with pytest.raises(ValueError, match="isocompute.data.task='sums'"):
-        ArithmeticSpec(task="sums")
+        ArithmeticConfig(task="sums")

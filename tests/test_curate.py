@@ -210,7 +210,7 @@ def test_tune_split_is_disjoint_and_leaves_the_validation_problems_as_they_were(
 
 def test_negative_tune_size_is_refused():
     with pytest.raises(errors.CurateError, match="--tune-size must be at least 0"):
-        c.CurateSettings(out=Path("x"), generate="basic_arithmetic", tune_size=-1).check()
+        c.CurateConfig(out=Path("x"), generate="basic_arithmetic", tune_size=-1).check()
 
 
 # --- the command ------------------------------------------------------------------------------------
@@ -244,10 +244,10 @@ def test_verl_interfaces_curation_relies_on():
 
 
 def test_the_command_line_defaults_are_the_settings_defaults(tmp_path):
-    """isocompute curate's flags default to CurateSettings' values, written once (a library caller and the
+    """isocompute curate's flags default to CurateConfig's values, written once (a library caller and the
     command get the same curation)."""
     from verl_isocompute.commands.cli import parse_args
     from verl_isocompute.commands.curate import settings_from_args
 
     args = parse_args(["curate", "--generate", "basic_arithmetic", "--out", str(tmp_path)])
-    assert settings_from_args(args) == c.CurateSettings(out=tmp_path, generate="basic_arithmetic")
+    assert settings_from_args(args) == c.CurateConfig(out=tmp_path, generate="basic_arithmetic")

@@ -41,18 +41,18 @@ SNIPPETS = snippets()
 def sandbox(tmp_path_factory, tiny_model_path, isocompute_cache) -> tuple[Path, dict[str, str]]:
     """A working directory with what the snippets name: a synthetic Easy sweep (runs/easy_sweep, runs/synthetic)
     and its fits (fits/easy, fits/synthetic), and the placeholders' model and data."""
-    from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
+    from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
     from verl_isocompute.scaling import load_curve
-    from verl_isocompute.scaling.pipeline import FitOptions, run_fit
+    from verl_isocompute.scaling.pipeline import FitConfig, run_fit
     from verl_isocompute.scaling.synthetic import curves_for, synthetic_sweep, write_run_logs
 
     root = tmp_path_factory.mktemp("docs")
     sweep = synthetic_sweep(curves_for(load_curve("paper:qwen2.5-7b-easy")), noise=0.01)
     for name in ("easy_sweep", "synthetic"):
         write_run_logs(sweep, root / "runs" / name)
-    run_fit([root / "runs" / "easy_sweep"], root / "fits" / "easy", FitOptions(bootstrap=0))
-    run_fit([root / "runs" / "synthetic"], root / "fits" / "synthetic", FitOptions())  # as ALLOCATION.md's example
-    train, val = write_arithmetic_dataset(isocompute_cache / "docs-data", ArithmeticSpec(train_size=64, val_size=8))
+    run_fit([root / "runs" / "easy_sweep"], root / "fits" / "easy", FitConfig(bootstrap=0))
+    run_fit([root / "runs" / "synthetic"], root / "fits" / "synthetic", FitConfig())  # as ALLOCATION.md's example
+    train, val = write_arithmetic_dataset(isocompute_cache / "docs-data", ArithmeticConfig(train_size=64, val_size=8))
     return root, {"M": str(tiny_model_path), "T": str(train), "V": str(val)}
 
 

@@ -61,3 +61,29 @@ def test_other_exceptions_are_not_swallowed(monkeypatch):
     monkeypatch.setattr(doctor, "run", run)
     with pytest.raises(KeyError):
         cli.main(["doctor"])
+
+
+def test_only_the_command_catches_the_package_errors_and_prints_refusals():
+    """The subcommands leave an IsoComputeError to ``isocompute`` (commands.cli.run_command) and print a refusal
+    only through commands.cli.error: no ``except IsoComputeError`` and no hand-written ``PROG: error:`` line."""
+    found = []
+    for path in sorted((PACKAGE / "commands").glob("*.py")):
+        if path.name == "cli.py":
+            continue
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ExceptHandler) and node.type is not None:
+                names = [n.id for n in ast.walk(node.type) if isinstance(n, ast.Name)]
+                if "IsoComputeError" in names:
+                    found.append(f"{path.name}:{node.lineno} catches IsoComputeError")
+        if ": error: " in text:
+            found.append(f"{path.name} prints its own error line")
+    assert found == []
+
+
+def test_fit_run_as_a_module_reports_a_package_error_in_one_line(tmp_path, capsys):
+    from verl_isocompute.commands import fit
+
+    assert fit.main([str(tmp_path / "missing"), "--out", str(tmp_path / "out"), "--compare", "paper:no-such-curve"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("isocompute fit: error: ") and err.count("\n") == 1

@@ -20,7 +20,8 @@ from verl_isocompute.scaling import load_curve
 from verl_isocompute.scaling.frontier import validation_points
 from verl_isocompute.scaling.records import load_runs
 from verl_isocompute.scaling.synthetic import curves_for, synthetic_sweep, write_run_logs
-from verl_isocompute.training.config import RecipeError, compose_recipe, prepare_guided_data
+from verl_isocompute.training.config import RecipeError, compose_recipe
+from verl_isocompute.training.prepare import prepare_guided_data
 
 # -- the run-time prefix check ---------------------------------------------------------------------------
 PREFIX = [7, 8, 9]
@@ -173,7 +174,7 @@ def test_stock_main_ppo_config_gets_the_same_mixture_from_the_trainer(tmp_path, 
     builds its datasets, and an already prepared config (our entry point) is left alone."""
     from test_stock_entry import compose_stock
 
-    from verl_isocompute.training.config import prepare
+    from verl_isocompute.training.prepare import prepare
 
     monkeypatch.delenv("VERL_PLATFORM", raising=False)
     # prepare() points verl's file logger at the run dir through the environment: undone after the test (a

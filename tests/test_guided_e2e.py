@@ -26,12 +26,12 @@ import pandas as pd
 import pytest
 from verl_runs import FIXTURES, PARITY_REWARD, Run, run_recipe
 
-from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
+from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
 from verl_isocompute.data.problems import row_problem_id
 from verl_isocompute.guided import placement as G
 from verl_isocompute.guided import spend
 from verl_isocompute.guided import traces as T
-from verl_isocompute.guided.recipe import GuideOptions
+from verl_isocompute.guided.recipe import GuideConfig
 
 pytestmark = pytest.mark.e2e
 B_PROBLEM, N, STEPS = 8, 4, 2
@@ -68,7 +68,7 @@ def mixed_dataset(problems: pd.DataFrame, traces: Path) -> tuple[pd.DataFrame, i
     """Originals + user-placed guided copies (one transform) + two assistant-placed token-cut copies per problem
     (another, with originals none); and how many guided rows were made."""
     kw = {"fraction": 0.5, "max_fraction": 0.5}
-    assistant = GuideOptions(traces=str(traces), cut="tokens", copies=2, originals="none", **kw).build(problems)
+    assistant = GuideConfig(traces=str(traces), cut="tokens", copies=2, originals="none", **kw).build(problems)
     user = G.guided_dataset(problems, "extra_info.solution", placement=G.USER, **kw)
     assert user.guided == len(problems) and assistant.guided == 2 * len(problems) and assistant.unguided == 0
     made = pd.concat([assistant.frame, user.frame.assign(agent_name=G.DEFAULT_AGENT)], ignore_index=True)
@@ -92,7 +92,7 @@ def guided_run(tmp_path_factory, isocompute_cache, tiny_model_path) -> tuple[Run
     from transformers import AutoTokenizer
 
     root = tmp_path_factory.mktemp("guided")
-    train, val = write_arithmetic_dataset(root / "data", ArithmeticSpec(train_size=16, val_size=8))
+    train, val = write_arithmetic_dataset(root / "data", ArithmeticConfig(train_size=16, val_size=8))
     problems = with_solutions(train)
     mixed, made = mixed_dataset(problems, kept_traces(problems, root, AutoTokenizer.from_pretrained(tiny_model_path), tiny_model_path))
     mixed.to_parquet(root / "guided.parquet", index=False)

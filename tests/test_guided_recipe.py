@@ -12,14 +12,15 @@ from test_guided_placement import frame
 
 from verl_isocompute.commands.cli import main
 from verl_isocompute.guided.metrics import guided_metrics
-from verl_isocompute.guided.recipe import GuideOptions, prepare_guided
-from verl_isocompute.training.config import RecipeError, compose_recipe, prepare_guided_data
+from verl_isocompute.guided.recipe import GuideConfig, prepare_guided
+from verl_isocompute.training.config import RecipeError, compose_recipe
+from verl_isocompute.training.prepare import prepare_guided_data
 
 
 def test_recipe_defaults_are_the_options_defaults():
     block = OmegaConf.to_container(compose_recipe("isocompute_hard").isocompute.guided)
     assert block.pop("enable") is False and block.pop("spend") == []
-    assert block == asdict(GuideOptions())
+    assert block == asdict(GuideConfig())
 
 
 def config(tmp_path, **guided):

@@ -18,7 +18,7 @@ from verl_isocompute.data import problems as prob
 from verl_isocompute.guided import spend
 from verl_isocompute.guided import traces as T
 from verl_isocompute.guided.placement import ASSISTANT, NO_TRACE, USER
-from verl_isocompute.guided.recipe import GuideOptions, prepare_guided
+from verl_isocompute.guided.recipe import GuideConfig, prepare_guided
 from verl_isocompute.workflow import curate as c
 from verl_isocompute.workflow import sample_cache as sc
 
@@ -62,10 +62,10 @@ def test_cache_without_traces_is_never_mixed_silently(tmp_path):
 
 def test_pass_k_needs_keep_correct_and_more_than_k(tmp_path):
     with pytest.raises(errors.CurateError, match="add --keep-correct"):
-        c.CurateSettings(out=tmp_path, generate="x", pass_k=32).check()
+        c.CurateConfig(out=tmp_path, generate="x", pass_k=32).check()
     with pytest.raises(errors.CurateError, match="give more than --k"):
-        c.CurateSettings(out=tmp_path, generate="x", k=16, pass_k=16, keep_correct=True).check()
-    c.CurateSettings(out=tmp_path, generate="x", k=16, pass_k=64, keep_correct=True).check()
+        c.CurateConfig(out=tmp_path, generate="x", k=16, pass_k=16, keep_correct=True).check()
+    c.CurateConfig(out=tmp_path, generate="x", k=16, pass_k=64, keep_correct=True).check()
 
 
 # --- the cache: traces file and spend -----------------------------------------------------------------
@@ -167,14 +167,14 @@ def test_guided_rows_get_their_own_problems_trace(tmp_path):
         3: [{"sample": 0, "text": "42", "token_ids": [7]}],  # one step: no prefix
     })
     shuffled = df.iloc[[3, 2, 1, 0]].reset_index(drop=True)  # matching is by problem id, not by row order
-    result = GuideOptions(traces=str(out)).build(shuffled)
+    result = GuideConfig(traces=str(out)).build(shuffled)
     assert (result.guided, dict(result.skipped)) == (2, {NO_TRACE: 1, "one_step": 1})
     guided = {r["prompt"][1]["content"]: r for r in result.frame.to_dict("records") if r["extra_info"]["guided"]}
     assert guided["Problem 0?"]["extra_info"]["guide_prefix"] == "Short.\n"  # the shortest trace, cut at a line
     assert TRACE.startswith(guided["Problem 2?"]["extra_info"]["guide_prefix"])
     assert {r["extra_info"]["placement"] for r in guided.values()} == {ASSISTANT}  # PrefixRL's default for traces
-    assert GuideOptions(traces=str(out), placement=USER).build(df).frame["extra_info"].iloc[-1]["placement"] == USER
-    assert GuideOptions().build(df).frame["extra_info"].iloc[-1]["placement"] == USER  # oracle default unchanged
+    assert GuideConfig(traces=str(out), placement=USER).build(df).frame["extra_info"].iloc[-1]["placement"] == USER
+    assert GuideConfig().build(df).frame["extra_info"].iloc[-1]["placement"] == USER  # oracle default unchanged
 
 
 def test_guide_command_and_recipe_key_read_traces(tmp_path, capsys):
@@ -212,7 +212,7 @@ def test_token_cuts_keep_the_traces_own_ids_and_need_its_model(tmp_path, tiny_mo
     df = frame(2)
     ids = [t for ch in TRACE for t in tok.encode(ch, add_special_tokens=False)]  # a tokenisation, not the tokenizer's own
     out = _curated_dir(tmp_path, df, {0: [{"sample": 0, "text": TRACE, "token_ids": ids}]})
-    options = GuideOptions(traces=str(out), cut="tokens", copies=2, fraction=0.5, max_fraction=0.5)
+    options = GuideConfig(traces=str(out), cut="tokens", copies=2, fraction=0.5, max_fraction=0.5)
     with pytest.raises(T.TracesError, match="curation.json: cannot load the tokenizer of the model that sampled the traces"):
         options.build(df)
     (out / "curation.json").write_text(json.dumps({"model": str(tiny_model_path)}))
@@ -224,4 +224,4 @@ def test_token_cuts_keep_the_traces_own_ids_and_need_its_model(tmp_path, tiny_mo
     assert [i["guide_prefix"] for i in guided] == [tok.decode(ids[: n // 4]), tok.decode(ids[: n // 2])]
     assert all(i["placement"] == ASSISTANT for i in guided)
     with pytest.raises(ValueError, match="token cuts append kept token ids to the prompt: they need placement=assistant"):
-        GuideOptions(traces=str(out), cut="tokens", placement=USER).build(df)
+        GuideConfig(traces=str(out), cut="tokens", placement=USER).build(df)

@@ -9,13 +9,8 @@ import sys
 import pytest
 from hydra import compose, initialize_config_module
 
-from verl_isocompute.training.config import (
-    RecipeError,
-    check_group_size,
-    prepare,
-    prepare_model,
-    prepare_platform,
-)
+from verl_isocompute.training.config import RecipeError, check_group_size
+from verl_isocompute.training.prepare import prepare, prepare_model, prepare_platform
 
 
 def compose_recipe(name: str, overrides: list[str] | None = None):
@@ -79,7 +74,7 @@ def test_command_line_error_is_one_clear_line():
 
 
 def test_missing_local_data_file_is_refused_remote_paths_are_left_to_verl(tmp_path):
-    from verl_isocompute.training.config import prepare_data
+    from verl_isocompute.training.prepare import prepare_data
 
     cfg = compose_recipe("isocompute_hard", [f"data.train_files={tmp_path}/nope.parquet", f"data.val_files={tmp_path}/nope.parquet"])
     with pytest.raises(RecipeError, match="data.train_files: .*nope.parquet does not exist"):
@@ -89,7 +84,8 @@ def test_missing_local_data_file_is_refused_remote_paths_are_left_to_verl(tmp_pa
 
 
 def test_command_line_lr_replaces_the_rule_and_says_so(capsys):
-    from verl_isocompute.training.config import lr_from_rule, report_lr
+    from verl_isocompute.training.config import lr_from_rule
+    from verl_isocompute.training.prepare import report_lr
 
     cfg = compose_recipe("isocompute_hard", ["actor_rollout_ref.actor.optim.lr=3e-6"])
     assert cfg.actor_rollout_ref.actor.optim.lr == 3e-6 and not lr_from_rule(cfg)
@@ -111,7 +107,7 @@ def test_lr_rule_is_written_into_verls_optimizer_config():
 
 
 def test_lr_rule_counts_the_rollouts_trained_on_under_the_decoupled_baseline(capsys):
-    from verl_isocompute.training.config import report_lr
+    from verl_isocompute.training.prepare import report_lr
 
     cfg = compose_recipe("isocompute_hard", ["data.train_batch_size=128", "actor_rollout_ref.rollout.n=256",
                                              "algorithm.adv_estimator=isocompute_grpo_decoupled", "isocompute.decoupled.n_train=64"])
@@ -181,7 +177,7 @@ def test_verl_file_logger_root_of_the_user_wins(tmp_path, monkeypatch):
     """VERL_FILE_LOGGER_ROOT (verl: <root>/<project>/<experiment>.jsonl) is not overridden by the run dir's path."""
     from omegaconf import OmegaConf
 
-    from verl_isocompute.training.config import prepare_run_dir
+    from verl_isocompute.training.prepare import prepare_run_dir
 
     cfg = OmegaConf.create({"isocompute": {"run_dir": str(tmp_path / "run")}})
     monkeypatch.delenv("VERL_FILE_LOGGER_PATH", raising=False)

@@ -8,7 +8,8 @@ import math
 import pytest
 
 from verl_isocompute.numeric import as_count, integral, is_positive, is_real, yaml_number
-from verl_isocompute.workflow.sweep.plan import PlanError, parse_plan
+from verl_isocompute.workflow.sweep.grid import PlanError
+from verl_isocompute.workflow.sweep.plan import parse_plan
 
 
 @pytest.mark.parametrize("value, expected", [("1e6", 1e6), (" 1_000 ", 1000.0), ("6.5e4", 65000.0), ("abc", "abc"),

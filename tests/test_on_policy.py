@@ -74,15 +74,15 @@ def test_rejection_sampling_without_regularisers_keeps_the_reuse():
 
 
 def test_prepare_turns_the_refusal_into_a_recipe_error(monkeypatch, tmp_path):
-    from verl_isocompute.training import config
+    from verl_isocompute.training import prepare
 
     monkeypatch.setenv("VERL_PLATFORM", "cpu")  # what prepare_platform would set
     cfg = compose_recipe("cpu_demo", ["actor_rollout_ref.actor.ppo_epochs=2", "isocompute.model=tiny",
                                       f"isocompute.run_dir={tmp_path}"])
     for step in ("prepare_platform", "prepare_model", "prepare_data", "prepare_run_dir"):
-        monkeypatch.setattr(config, step, lambda *a, **k: None)
+        monkeypatch.setattr(prepare, step, lambda *a, **k: None)
     with pytest.raises(RecipeError, match="ppo_epochs=2"):
-        config.prepare(cfg)
+        prepare.prepare(cfg)
     assert OmegaConf.select(cfg, "actor_rollout_ref.actor.policy_loss.loss_mode") == "vanilla"
 
 

@@ -63,9 +63,9 @@ def user_config(tmp_path) -> Path:
 
 @pytest.fixture
 def data_files(isocompute_cache):
-    from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
+    from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
 
-    return write_arithmetic_dataset(isocompute_cache / "overlay-data", ArithmeticSpec(train_size=64, val_size=8))
+    return write_arithmetic_dataset(isocompute_cache / "overlay-data", ArithmeticConfig(train_size=64, val_size=8))
 
 
 def compose_user(folder: Path, *overrides: str):

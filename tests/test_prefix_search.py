@@ -136,12 +136,12 @@ def test_guided_dataset_uses_the_searched_prefix_and_counts_the_rest(tmp_path):
 
 
 def test_recipe_key_and_guide_command_take_the_search(tmp_path):
-    from verl_isocompute.guided.recipe import GuideOptions
+    from verl_isocompute.guided.recipe import GuideConfig
 
     frame = worked_arithmetic(3, terms=5)
     frame.to_parquet(tmp_path / "train.parquet")
     _searched_table(frame, G.USER).to_parquet(tmp_path / ps.PREFIXES_FILE)
-    assert GuideOptions(prefixes=str(tmp_path)).build(frame).guided == 1
+    assert GuideConfig(prefixes=str(tmp_path)).build(frame).guided == 1
     proc = subprocess.run([sys.executable, "-m", "verl_isocompute.commands.cli", "guide", tmp_path / "train.parquet",
                            "-o", tmp_path / "g.parquet", "--prefixes", tmp_path], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -1,5 +1,6 @@
 """Math reward (verl_isocompute.training.reward): answer extraction, math-verify verdicts, threads and the time bound."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -242,3 +243,22 @@ def test_works_when_verl_loads_the_module_by_file_path():
     assert compute_score is not reward.compute_score
     assert compute_score(data_source="m", solution_str="\\boxed{3}", ground_truth="3")["acc"]
     compute_score.__globals__["shutdown"]()  # that copy of the module has its own workers
+
+
+def test_the_worker_path_holds_the_package_not_its_modules(tmp_path):
+    """The worker's PYTHONPATH starts with the directory containing ``verl_isocompute``; none of our modules is a
+    top-level name there, so a module of ours named like a standard-library one (``numbers``) cannot shadow it.
+    Run from a directory outside the checkout, as the worker runs, with the worker's environment."""
+    import verl_isocompute
+
+    package_dir = os.path.dirname(os.path.abspath(verl_isocompute.__file__))
+    env = reward.worker_env()
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == os.path.dirname(package_dir)
+    code = (
+        "import importlib.util, verl_isocompute, os\n"
+        "print(os.path.dirname(os.path.abspath(verl_isocompute.__file__)))\n"
+        "print(importlib.util.find_spec('runlog'), importlib.util.find_spec('numeric'))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [package_dir, "None None"]

@@ -83,3 +83,13 @@ def test_logged_steps_from_our_log_or_verls_file_logger(tmp_path):
     (theirs / runlog.VERL_METRICS).write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     assert runlog.logged_steps(theirs) == [1]
     assert runlog.logged_steps(tmp_path / "none") == []
+
+
+def test_verl_lines_and_training_steps_are_told_apart_once():
+    """One reading of verl's file-logger lines for the run log, the resume check and the fit: the validation
+    before training (step 0, no step timing) is not a training step; a line of another shape is not verl's."""
+    from verl_isocompute.runlog import STEP_TIMING, is_training_step, verl_line
+
+    assert verl_line({"step": 0, "data": {"val/avg@4": 0.1}}) == (0, {"val/avg@4": 0.1})
+    assert verl_line({"step": 3, "rollouts": 12}) is None and verl_line([1, 2]) is None
+    assert not is_training_step({"val/avg@4": 0.1}) and is_training_step({STEP_TIMING: 2.5})

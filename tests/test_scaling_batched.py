@@ -4,7 +4,7 @@
 - ``lsq.least_squares_batch`` refits land where scipy's ``least_squares`` does (``fit_saturating``,
   ``fit_sigmoid``) from the same start;
 - ``frontier.record_mask`` picks the points ``record_breaking`` picks;
-- ``FitOptions.check`` refuses each bad option of a sweep plan's ``fit:`` block in one line.
+- ``FitConfig.check`` refuses each bad option of a sweep plan's ``fit:`` block in one line.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from verl_isocompute.scaling.envelope import running_mean
 from verl_isocompute.scaling.saturating import SaturatingCurve, bin_points, fit_saturating, refit_batch
 from verl_isocompute.scaling.sigmoid_fit import fit_sigmoid, sigmoid_batch
 from verl_isocompute.scaling.frontier import record_breaking, record_mask
-from verl_isocompute.scaling.pipeline import FitOptions
+from verl_isocompute.scaling.pipeline import FitConfig
 
 
 @pytest.mark.parametrize("window", range(1, 9))
@@ -110,11 +110,11 @@ BAD_OPTIONS = [
 @pytest.mark.parametrize(("values", "message"), BAD_OPTIONS, ids=[m for _, m in BAD_OPTIONS])
 def test_fit_options_check_refuses_in_one_line(values, message):
     with pytest.raises(ScalingError) as info:
-        FitOptions.from_dict(values).check()
+        FitConfig.from_dict(values).check()
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
 def test_fit_options_from_a_plan_read_yaml_exponents():
-    options = FitOptions.from_dict({"bucket": "1e-2", "k_max": "5e1"}).check()  # YAML 1.1 reads these as strings
+    options = FitConfig.from_dict({"bucket": "1e-2", "k_max": "5e1"}).check()  # YAML 1.1 reads these as strings
     assert (options.bucket, options.k_max) == (0.01, 50.0)
-    assert FitOptions().check() == FitOptions()
+    assert FitConfig().check() == FitConfig()

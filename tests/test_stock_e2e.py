@@ -62,9 +62,9 @@ class MainPpo:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, isocompute_cache, tiny_model_path) -> dict[str, MainPpo]:
     """Both runs, one after the other."""
-    from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
+    from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
 
-    train, val = write_arithmetic_dataset(isocompute_cache / "stock-data", ArithmeticSpec(train_size=64, val_size=8))
+    train, val = write_arithmetic_dataset(isocompute_cache / "stock-data", ArithmeticConfig(train_size=64, val_size=8))
     values = {"M": str(tiny_model_path), "T": str(train), "V": str(val)}
     env, args = doc_command("stock-cpu-demo", values)
     root = tmp_path_factory.mktemp("recipe")

@@ -21,7 +21,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from verl_isocompute.scaling.allocation import AllocationConfig, allocate_config
-from verl_isocompute.training.config import compose_recipe, prepare
+from verl_isocompute.training.config import compose_recipe
+from verl_isocompute.training.prepare import prepare
 
 RECIPES = ["isocompute_easy", "isocompute_hard", "isocompute_mixed", "cpu_demo"]
 GPU = {"isocompute_easy", "isocompute_hard", "isocompute_mixed"}
@@ -38,9 +39,9 @@ def compose_stock(recipe: str, overrides: list[str]):
 
 @pytest.fixture
 def data_files(isocompute_cache):
-    from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
+    from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
 
-    return write_arithmetic_dataset(isocompute_cache / "stock-data", ArithmeticSpec(train_size=64, val_size=8))
+    return write_arithmetic_dataset(isocompute_cache / "stock-data", ArithmeticConfig(train_size=64, val_size=8))
 
 
 def overrides(recipe: str, tmp_path, tiny_model_path, data_files) -> list[str]:

@@ -299,10 +299,10 @@ def ray_head(isocompute_cache):
 def test_sweep_as_ray_jobs_on_a_local_head(tmp_path, tiny_model_path, ray_head):
     from ray.job_submission import JobSubmissionClient
 
-    from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
+    from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
 
     address, env = ray_head
-    train, val = write_arithmetic_dataset(tmp_path / "data", ArithmeticSpec(train_size=16, val_size=4))
+    train, val = write_arithmetic_dataset(tmp_path / "data", ArithmeticConfig(train_size=16, val_size=4))
     plan = tmp_path / "ray.yaml"
     plan.write_text(yaml.safe_dump({
         "name": "raysweep", "recipe": "cpu_demo", "overrides": ["isocompute.model=tiny", PARITY_REWARD],

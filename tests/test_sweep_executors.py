@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from verl_isocompute.workflow import launch
 from verl_isocompute.workflow.sweep import state as st
-from verl_isocompute.workflow.sweep.executors import RayJobExecutor, RayOptions
+from verl_isocompute.workflow.sweep.executors import RayJobExecutor, RayConfig
 from verl_isocompute.workflow.sweep.plan import parse_plan
 from verl_isocompute.workflow.sweep.preflight import ray_options
 
@@ -65,7 +65,7 @@ def test_stop_ends_the_child_and_a_grandchild_that_left_its_session(tmp_path):
 
 def test_ray_job_executor_is_built_without_a_cluster_and_submits_its_options(tmp_path):
     plan = parse_plan({"name": "p", "recipe": "cpu_demo", "budget_rollouts": 8, "b_problem": [2], "n": [4]})
-    executor = RayJobExecutor(RayOptions("10.0.0.1:8265", max_concurrent=3, python="/opt/py", env_vars={"A": "1"},
+    executor = RayJobExecutor(RayConfig("10.0.0.1:8265", max_concurrent=3, python="/opt/py", env_vars={"A": "1"},
                                          num_gpus=2, num_cpus=4))
     assert executor.client is None and executor.address == "http://10.0.0.1:8265" and executor.max_concurrent == 3
 

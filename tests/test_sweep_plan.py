@@ -13,8 +13,8 @@ import yaml
 
 from verl_isocompute.runlog import RUN_LOG
 from verl_isocompute.workflow.sweep import runner
-from verl_isocompute.workflow.sweep.executors import RayJobExecutor, RayOptions
-from verl_isocompute.workflow.sweep.plan import (
+from verl_isocompute.workflow.sweep.executors import RayJobExecutor, RayConfig
+from verl_isocompute.workflow.sweep.grid import (
     PAPER_B_MAX,
     PAPER_B_PROBLEM,
     PAPER_N,
@@ -23,9 +23,8 @@ from verl_isocompute.workflow.sweep.plan import (
     cell_overrides,
     describe,
     grid,
-    load_plan,
-    parse_plan,
 )
+from verl_isocompute.workflow.sweep.plan import load_plan, parse_plan
 
 # --- plan arithmetic --------------------------------------------------------------------------------
 
@@ -100,20 +99,20 @@ def test_bad_plans_name_the_field(raw, message):
 
 
 def test_settings_defaults_are_written_once():
-    """A plan's ray: block takes RayOptions' fields and defaults; a plan's fit: block and isocompute fit's
-    flags take FitOptions' defaults, which are the fitting functions' own keyword defaults."""
+    """A plan's ray: block takes RayConfig's fields and defaults; a plan's fit: block and isocompute fit's
+    flags take FitConfig's defaults, which are the fitting functions' own keyword defaults."""
     import dataclasses
     import inspect
 
     from verl_isocompute.scaling import fit, frontier
-    from verl_isocompute.scaling.pipeline import FitOptions
+    from verl_isocompute.scaling.pipeline import FitConfig
     from verl_isocompute.workflow.sweep import plan as plan_module
 
-    assert plan_module._RAY_KEYS == {f.name for f in dataclasses.fields(RayOptions)}
-    assert parse_plan({"recipe": "cpu_demo", "budget_rollouts": 4096}).ray["max_concurrent"] == RayOptions.max_concurrent
+    assert plan_module._RAY_KEYS == {f.name for f in dataclasses.fields(RayConfig)}
+    assert parse_plan({"recipe": "cpu_demo", "budget_rollouts": 4096}).ray["max_concurrent"] == RayConfig.max_concurrent
     fitting = {**inspect.signature(fit.fit_frontier).parameters, **inspect.signature(frontier.build_frontier).parameters}
     for name in ("bucket", "window", "k_max", "bootstrap"):
-        assert getattr(FitOptions(), name) == fitting[name].default, name
+        assert getattr(FitConfig(), name) == fitting[name].default, name
 
 
 def test_relative_paths_resolve_against_the_plan_file(tmp_path):
@@ -330,27 +329,27 @@ def test_unreachable_ray_address_fails_fast():
     import time
 
     start = time.monotonic()
-    executor = RayJobExecutor(RayOptions("127.0.0.1:9"))  # building it connects to nothing
+    executor = RayJobExecutor(RayConfig("127.0.0.1:9"))  # building it connects to nothing
     with pytest.raises(runner.SweepError, match="cannot reach a Ray cluster at http://127.0.0.1:9"):
         executor.connect()
     assert time.monotonic() - start < 5
     with pytest.raises(runner.SweepError, match="dashboard's HTTP address"):
-        RayOptions("ray://127.0.0.1:10001")
+        RayConfig("ray://127.0.0.1:10001")
 
 
 def test_ray_job_entrypoints():
     plan = parse_plan({"recipe": "cpu_demo", "budget_rollouts": 8, "b_problem": [2], "n": [4]})
-    executor = RayJobExecutor(RayOptions("127.0.0.1:8265", mode="private"))  # no cluster needed
+    executor = RayJobExecutor(RayConfig("127.0.0.1:8265", mode="private"))  # no cluster needed
     command = executor.entrypoint(plan, ["a=1", "b=x y"])
     assert command == "RAY_ADDRESS=local python -m verl_isocompute.main --config-name cpu_demo a=1 'b=x y'"
-    executor = RayJobExecutor(RayOptions("127.0.0.1:8265", max_concurrent=4, mode="join"))
+    executor = RayJobExecutor(RayConfig("127.0.0.1:8265", max_concurrent=4, mode="join"))
     assert executor.max_concurrent == 1  # one verl run per cluster at a time in join mode
     assert executor.entrypoint(plan, ["a=1"]).endswith(
         "a=1 ++ray_kwargs.ray_init.num_cpus=null ++ray_kwargs.ray_init.num_gpus=null")
 
 
 def test_micro_batch_check_skips_cells_verl_would_reject(tmp_path):
-    from verl_isocompute.workflow.sweep.plan import micro_batch_issue
+    from verl_isocompute.workflow.sweep.grid import micro_batch_issue
 
     sizes = {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 8, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": None}
     assert micro_batch_issue(Cell(2, 4, 64), 1, sizes) is None

@@ -29,9 +29,9 @@ isocompute:
 
 @pytest.fixture(scope="module")
 def hook_run(tmp_path_factory, isocompute_cache, tiny_model_path):
-    from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
+    from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
 
-    train, val = write_arithmetic_dataset(isocompute_cache / "stock-data", ArithmeticSpec(train_size=64, val_size=8))
+    train, val = write_arithmetic_dataset(isocompute_cache / "stock-data", ArithmeticConfig(train_size=64, val_size=8))
     root = tmp_path_factory.mktemp("user")
     (root / "config").mkdir()
     (root / "config" / "my_trainer.yaml").write_text(USER_CONFIG + ALLOCATION_BLOCK)

@@ -4,7 +4,7 @@ Where things live:
 
 - ``training/``  the healthy GRPO recipe inside verl: estimators, the regulariser-masked loss, the
   ``isocompute`` trainer, the reward, and the pure rules they use (LR rule, unbiased metrics, masks);
-  ``training.config`` turns our ``isocompute:`` config block into plain verl settings.
+  ``training.config`` checks our ``isocompute:`` config block, ``training.prepare`` turns it into plain verl settings.
 - ``scaling/``   the scaling toolkit: run logs -> frontier -> n*(C) curve, and the allocation rule
   (budget -> n, B_problem, steps, lr). Pure numpy/scipy/pandas: no verl, no torch.
 - ``workflow/``  from problems to a compute-optimal run: difficulty curation, the prefix search, pilot
@@ -17,7 +17,8 @@ Where things live:
   problem's identity.
 - ``plugin``     the ``verl.plugins`` entry point; ``main`` the recipe entry point
   (``python -m verl_isocompute.main``); ``runlog`` the run-log contract between training and fitting;
-  ``atomic`` the one way we write result files; ``verl_keys`` where verl keeps n, B_problem and steps.
+  ``atomic`` the one way we write result files; ``verl_keys`` where verl keeps n, B_problem and steps;
+  ``settings`` the fields of settings dataclasses (default and help), from which the commands' options are built.
 
 The layers (pure rules -> verl-facing -> workflow drivers -> commands) and what each may import: README.md,
 Layout; ``tests/test_layers.py`` checks them.

@@ -63,15 +63,20 @@ def install() -> None:
         sys.meta_path.insert(0, _Alias())
 
 
-def moved_names(module: str, moved: dict[str, str]):
+def moved_names(module: str, moved: dict[str, str], renamed: dict[str, str] | None = None):
     """A module-level ``__getattr__`` for names that moved out of ``module`` when it was split (0.2): each
     resolves from its new home (the same object) with a ``DeprecationWarning`` naming it, for one release.
-    ``moved``: name -> the module it lives in now. Any other missing name is the usual AttributeError."""
+    ``moved``: name -> the module it lives in now; ``renamed``: old name -> its new name in ``module`` (the
+    settings classes' one suffix, 0.2). Any other missing name is the usual AttributeError."""
+    renamed = renamed or {}
 
     def __getattr__(name: str):
         if name in moved:
             warnings.warn(f"{module}.{name} moved to {moved[name]}; the old path goes away in 0.3", DeprecationWarning, stacklevel=2)
             return getattr(importlib.import_module(moved[name]), name)
+        if name in renamed:
+            warnings.warn(f"{module}.{name} is now {module}.{renamed[name]}; the old name goes away in 0.3", DeprecationWarning, stacklevel=2)
+            return getattr(sys.modules[module], renamed[name])
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
     return __getattr__

@@ -1,7 +1,7 @@
 """Entry point for our recipes: ``python -m verl_isocompute.main --config-name RECIPE key=value ...``.
 
 It composes one of our hydra recipes (each extends verl's ``ppo_trainer``), resolves our ``isocompute:``
-block into plain verl settings (:func:`verl_isocompute.training.config.prepare`: platform, model, data,
+block into plain verl settings (:func:`verl_isocompute.training.prepare.prepare`: platform, model, data,
 allocation, learning rate, run directory), and hands the config to verl's own ``run_ppo`` with verl's
 own TaskRunner: the run is an ordinary verl run. ``python -m verl.trainer.main_ppo`` with the same recipe
 resolves to the same config (docs/STOCK_VERL.md); this entry point adds the CPU platform switch
@@ -22,7 +22,8 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from verl_isocompute.training.config import RecipeError, prepare
+from verl_isocompute.training.config import RecipeError
+from verl_isocompute.training.prepare import prepare
 from verl_isocompute.training import resolvers
 from verl_isocompute.training.resolvers import LAUNCH_DIR_ENV
 

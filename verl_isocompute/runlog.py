@@ -63,6 +63,8 @@ GUIDED_MIXTURE = "guided_mixture"
 METRIC_PREFIX = "isocompute/"
 VAL_PREFIX = "val"
 DEFAULT_METRIC = f"{VAL_PREFIX}/avg@4"
+# verl times every training step under this key and never a validation (the one before training is step 0).
+STEP_TIMING = "timing_s/step"
 
 
 def metric_key(name: str) -> str:
@@ -86,6 +88,18 @@ class RunLog:
     def steps(self) -> list[int]:
         """Training steps logged (step 0, the validation before training, is not a training step)."""
         return [int(r["step"]) for _, r in self.rows if isinstance(r.get("step"), (int, float)) and r["step"] > 0]
+
+
+def is_training_step(data: dict[str, Any]) -> bool:
+    """Whether a row of verl's metrics (the ``data`` of a file-logger line) is a training step, not a validation."""
+    return STEP_TIMING in data
+
+
+def verl_line(obj: Any) -> tuple[Any, dict[str, Any]] | None:
+    """(step, data) of one line of verl's file logger, ``{"step": N, "data": {...}}``, or None if it is not one."""
+    if isinstance(obj, dict) and "step" in obj and isinstance(obj.get("data"), dict):
+        return obj["step"], obj["data"]
+    return None
 
 
 def read_run_log(path: str | os.PathLike, report: bool = True) -> RunLog:
@@ -113,11 +127,8 @@ def logged_steps(run_dir: str | os.PathLike) -> list[int]:
         if (run_dir / RUN_LOG).is_file():
             return read_run_log(run_dir / RUN_LOG, report=False).steps()  # a running job's log: its last line may be in flight
         if (run_dir / VERL_METRICS).is_file():
-            # verl logs validation before training as step 0; training steps carry timing_s/step
-            return [
-                int(obj["step"]) for _, obj in read_jsonl(run_dir / VERL_METRICS, report=False).objects
-                if isinstance(obj, dict) and "timing_s/step" in (obj.get("data") or {})
-            ]
+            lines = [verl_line(obj) for _, obj in read_jsonl(run_dir / VERL_METRICS, report=False).objects]
+            return [int(line[0]) for line in lines if line is not None and is_training_step(line[1])]
     except JsonlError:
         return []
     return []

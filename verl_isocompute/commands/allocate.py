@@ -27,12 +27,9 @@ from verl_isocompute.scaling.allocation import (
     AllocationError,
     allocate_config,
 )
-from verl_isocompute.commands.cli import error
-from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.scaling.curve import preset_names
 from verl_isocompute.training.allocation_hook import overrides
 
-PROG = "isocompute allocate"
 _DEFAULTS = AllocationConfig()
 # flag dest -> isocompute.allocation key, for flags that set a key of the block
 _FLAG_KEYS = {
@@ -167,15 +164,12 @@ def _compare_value(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _compare_value(args)
-    try:
-        settings, n_train = settings_from_args(args)
-        allocation = allocate_config(settings, n_train=n_train)
-        if args.compare is not None:
-            from verl_isocompute.scaling.compare import for_allocation
+    settings, n_train = settings_from_args(args)
+    allocation = allocate_config(settings, n_train=n_train)
+    if args.compare is not None:
+        from verl_isocompute.scaling.compare import for_allocation
 
-            comparison = for_allocation(settings.curve, allocation, args.compare, args.format)
-    except IsoComputeError as exc:  # an allocation, curve or scaling error: one line
-        return error(PROG, str(exc))
+        comparison = for_allocation(settings.curve, allocation, args.compare, args.format)
     if args.format == "json":
         print(json.dumps({**allocation.to_dict(), **({"compare": comparison} if args.compare else {})}, indent=2, allow_nan=False))
     elif args.format == "overrides":

@@ -16,7 +16,7 @@ import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 from verl_isocompute.errors import IsoComputeError
@@ -133,13 +133,20 @@ def error(prog: str, message: str) -> int:
     return 2
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def run_command(prog: str, run: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
+    """Run a subcommand the one way: stdout that tolerates a closed pipe, and any
+    :class:`~verl_isocompute.errors.IsoComputeError` it raises reported by :func:`error` (one line, exit 2).
+    Subcommands do not catch the package's errors themselves."""
     try:
         with closed_pipe_safe():
-            return int(args._module.run(args) or 0)
+            return int(run(args) or 0)
     except IsoComputeError as exc:  # the package's errors carry their fix: one line, never a traceback
-        return error(f"isocompute {args.command}", str(exc))
+        return error(prog, str(exc))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    return run_command(f"isocompute {args.command}", args._module.run, args)
 
 
 if __name__ == "__main__":

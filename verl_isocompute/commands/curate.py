@@ -42,101 +42,68 @@ def _gen_arg(text: str) -> tuple[str, object]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from dataclasses import fields
+    from verl_isocompute.data.difficulty import Thresholds
+    from verl_isocompute.settings import add_setting, default_of
+    from verl_isocompute.training.names import ROLLOUT_NAME
+    from verl_isocompute.workflow.curate import CurateConfig as config
 
-    from verl_isocompute.workflow.curate import CurateSettings
-
-    # every default is CurateSettings' own, so the command line and the library agree (written once)
-    default = {f.name: f.default for f in fields(CurateSettings)}
-
+    # every default and help text is CurateConfig's own, so the command line and the library agree (written once)
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--data", nargs="+", metavar="FILE", help="verl-format parquet files (prompt, reward_model.ground_truth, ...)")
-    source.add_argument("--generate", metavar="TASK", help="a reasoning-gym task to generate problems from, e.g. basic_arithmetic; or worked: arithmetic "
-                             "chains with a worked solution per problem (--gen-arg terms=5 --gen-arg digits=2), for "
-                             "prefix-search and guided training")
-    parser.add_argument("--size", type=int, default=default["size"], help="problems to generate with --generate (default %(default)s)")
-    parser.add_argument("--gen-arg", type=_gen_arg, action="append", default=[], metavar="KEY=VALUE",
-                        help="generator option, repeatable (e.g. --gen-arg max_digits=3)")
-    parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="output directory (also the sample cache)")
-    parser.add_argument("--recipe", default=default["recipe"], help="recipe giving model, rollout and reward (default %(default)s)")
-    parser.add_argument("--model", default=None, help="tiny | smollm2 | a local checkpoint path (default: the recipe's)")
-    parser.add_argument("--rollout", choices=("hf", "vllm"), default=None,
-                        help="rollout backend (default: the recipe's; hf on CPU recipes, vllm needs GPUs)")
-    parser.add_argument("--k", type=int, default=default["k"], help="samples per problem (default %(default)s, the paper's avg@16)")
-    parser.add_argument("--temperature", type=float, default=default["temperature"], help="sampling temperature (default %(default)s)")
-    parser.add_argument("--top-p", type=float, default=default["top_p"], help="nucleus sampling (default %(default)s)")
-    parser.add_argument("--top-k", type=int, default=default["top_k"], help="top-k sampling, -1 = off (default %(default)s)")
-    parser.add_argument("--max-response-length", type=int, default=None, help="response tokens (default: the recipe's)")
-    t = default["thresholds"]
-    parser.add_argument("--easy", type=_band, default=t.easy, metavar="LO,HI", help="avg@k band of Easy (default 0.3,0.6)")
-    parser.add_argument("--hard", type=_band, default=t.hard, metavar="LO,HI", help="avg@k band of Hard (default 0,0.0625)")
-    parser.add_argument("--very-easy", type=_band, default=t.very_easy, metavar="LO,HI", help="avg@k band of Very easy (default 0.6,0.9)")
-    parser.add_argument("--extremely-hard-max-pass", type=float, default=t.extremely_hard_max_pass, metavar="P",
-                        help="Extremely hard: pass@k <= P (default 0: no sample correct)")
-    parser.add_argument("--mixture-size", type=int, default=default["mixture_size"], help="target size of each mixture (default %(default)s)")
-    parser.add_argument("--sets", default=",".join(default["sets"]), help="sets to write train/val splits for (default: all)")
-    parser.add_argument("--val-size", type=int, default=default["val_size"], help="validation problems per set (default %(default)s)")
-    parser.add_argument("--max-val-fraction", type=float, default=default["max_val_fraction"],
-                        help="at most this share of a set is held out (default %(default)s)")
-    parser.add_argument("--tune-size", type=int, default=default["tune_size"],
-                        help="also hold out this many of each set's training problems as sets/<set>/tune.parquet, to choose "
-                             "settings on without touching the validation problems (default %(default)s: none)")
-    parser.add_argument("--seed", type=int, default=default["seed"], help="seed of the generator, mixtures and splits (default %(default)s)")
-    parser.add_argument("--concurrency", type=int, default=default["concurrency"], help="problems in flight at once (default %(default)s)")
-    parser.add_argument("--ray-address", default=None, metavar="ADDR",
-                        help="join this running Ray cluster, as ray.init takes it (host:6379 or auto), instead of "
-                             "starting a private instance; it must offer the replicas' GPUs")
-    parser.add_argument("--no-answer-check", action="store_true",
-                        help="do not skip problems whose reference answer math-verify cannot parse (non-math rewards)")
-    parser.add_argument("--restart", action="store_true", help="discard cached samples (and kept traces) in --out")
-    parser.add_argument("--keep-correct", action="store_true",
-                        help="keep the correct responses (text + token ids) in --out/traces.jsonl.gz: PrefixRL's traces "
-                             "for `isocompute guide --traces` (docs/GUIDED.md)")
-    parser.add_argument("--pass-k", type=int, default=None, metavar="K",
-                        help="with --keep-correct: sample problems with no correct response in more rounds of --k, until "
-                             "the first success or K samples in all (rejection sampling; avg@k and the sets still use "
-                             "the first k only)")
-    parser.add_argument("--resample-untraced", action="store_true",
-                        help="with --keep-correct on a cache made without it: sample again the cached problems whose "
-                             "correct responses were not kept (their avg@k is measured anew)")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="verl-style overrides of the recipe")
+    add_setting(source, config, "data", nargs="+", metavar="FILE", default=None)
+    add_setting(source, config, "generate", metavar="TASK")
+    add_setting(parser, config, "size", type=int)
+    add_setting(parser, config, "gen_args", "--gen-arg", type=_gen_arg, action="append", default=[], metavar="KEY=VALUE")
+    add_setting(parser, config, "out", required=True, type=Path, metavar="DIR")
+    add_setting(parser, config, "recipe")
+    add_setting(parser, config, "model")
+    add_setting(parser, config, "rollout", choices=(ROLLOUT_NAME, "vllm"))
+    add_setting(parser, config, "k", type=int)
+    add_setting(parser, config, "temperature", type=float)
+    add_setting(parser, config, "top_p", type=float)
+    add_setting(parser, config, "top_k", type=int)
+    add_setting(parser, config, "max_response_length", type=int)
+    for band in ("easy", "hard", "very_easy"):
+        add_setting(parser, Thresholds, band, type=_band, metavar="LO,HI")
+    add_setting(parser, Thresholds, "extremely_hard_max_pass", type=float, metavar="P")
+    add_setting(parser, config, "mixture_size", type=int)
+    add_setting(parser, config, "sets", default=",".join(default_of(config, "sets")))
+    add_setting(parser, config, "val_size", type=int)
+    add_setting(parser, config, "max_val_fraction", type=float)
+    add_setting(parser, config, "tune_size", type=int)
+    add_setting(parser, config, "seed", type=int)
+    add_setting(parser, config, "concurrency", type=int)
+    add_setting(parser, config, "ray_address", metavar="ADDR")
+    add_setting(parser, config, "check_answers", "--no-answer-check", action="store_true", default=False,
+                help="do not skip problems whose reference answer math-verify cannot parse (non-math rewards)")
+    add_setting(parser, config, "restart", action="store_true")
+    add_setting(parser, config, "keep_correct", action="store_true")
+    add_setting(parser, config, "pass_k", type=int, metavar="K")
+    add_setting(parser, config, "resample_untraced", action="store_true")
+    add_setting(parser, config, "overrides", "overrides", nargs="*", metavar="key=value", default=[])
 
 
 def settings_from_args(args: argparse.Namespace):
-    """The command line as a :class:`~verl_isocompute.workflow.curate.CurateSettings`."""
+    """The command line as a :class:`~verl_isocompute.workflow.curate.CurateConfig`."""
+    from verl_isocompute.settings import from_args
     from verl_isocompute.workflow import curate as c
 
-    return c.CurateSettings(
-        out=args.out, data=tuple(args.data or ()), generate=args.generate, size=args.size,
-        gen_args=dict(args.gen_arg), recipe=args.recipe, model=args.model, rollout=args.rollout, k=args.k,
-        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-        max_response_length=args.max_response_length,
+    return from_args(
+        c.CurateConfig, args, data=tuple(args.data or ()), gen_args=dict(args.gen_arg),
         thresholds=c.Thresholds(args.easy, args.hard, args.very_easy, args.extremely_hard_max_pass),
-        mixture_size=args.mixture_size, sets=tuple(s.strip() for s in args.sets.split(",") if s.strip()),
-        val_size=args.val_size, max_val_fraction=args.max_val_fraction, tune_size=args.tune_size, seed=args.seed,
-        concurrency=args.concurrency, ray_address=args.ray_address, check_answers=not args.no_answer_check,
-        restart=args.restart, keep_correct=args.keep_correct, pass_k=args.pass_k,
-        resample_untraced=args.resample_untraced, overrides=tuple(args.overrides),
+        sets=tuple(s.strip() for s in args.sets.split(",") if s.strip()), check_answers=not args.no_answer_check,
+        overrides=tuple(args.overrides),
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    from verl_isocompute.commands.cli import error
-    from verl_isocompute.errors import IsoComputeError
     from verl_isocompute.workflow import curate as c
     from verl_isocompute.workflow.launch import Interrupted
     from verl_isocompute.workflow.sample_cache import SAMPLES_FILE
 
-    try:
-        settings = settings_from_args(args)
-        settings.check()  # before any start-up: a bad flag costs nothing
-    except IsoComputeError as exc:
-        return error(PROG, str(exc))
-
+    settings = settings_from_args(args)
+    settings.check()  # before any start-up: a bad flag costs nothing
     try:
         summary = c.curate(settings)
-    except IsoComputeError as exc:  # a recipe, model, traces or curation error: one line
-        return error(PROG, str(exc))
     except Interrupted as exc:
         print(f"{PROG}: stopped by {exc}; Ray is stopped; kept the samples taken so far in "
               f"{settings.out / SAMPLES_FILE}: rerun the same command to resume", file=sys.stderr)

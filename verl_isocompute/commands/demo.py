@@ -23,9 +23,11 @@ from datetime import datetime
 from pathlib import Path
 
 from verl_isocompute.jsonl import JsonlError, read_jsonl
-from verl_isocompute.runlog import CONSOLE_LOG, RUN_LOG, VERL_METRICS
+from verl_isocompute.runlog import CONSOLE_LOG, RUN_LOG, STEP_TIMING, VERL_METRICS, is_training_step
 from verl_isocompute.training import metrics, progress
 from verl_isocompute.workflow import launch
+
+PROG = "isocompute demo"
 
 
 def add_arguments(parser) -> None:
@@ -108,7 +110,7 @@ def summarize(run_dir: Path, wall_s: float) -> dict:
     """Steps, rollouts, validation avg@k before/after with standard errors and the paired change, and the
     training reward per step with its trend, from the run's files."""
     rows = _metric_rows(run_dir / VERL_METRICS)
-    train = [r for r in rows if "timing_s/step" in r["data"]]
+    train = [r for r in rows if is_training_step(r["data"])]
     vals = [(r["step"], _val_reward(r["data"])) for r in rows if _val_reward(r["data"]) is not None]
     run_log = _metric_rows(run_dir / RUN_LOG)
     rollouts = next((r["rollouts"] for r in reversed(run_log) if "rollouts" in r), None)
@@ -179,19 +181,15 @@ def format_summary(summary: dict) -> str:
 def run(args) -> int:
     from tqdm import tqdm
 
-    from verl_isocompute.cpu.models import ModelError, ensure_model
+    from verl_isocompute.commands.cli import error
+    from verl_isocompute.cpu.models import ensure_model
 
     if args.steps is not None and args.steps < 1:
-        print("isocompute demo: error: --steps must be at least 1", file=sys.stderr)
-        return 2
+        return error(PROG, "--steps must be at least 1")
     started = time.perf_counter()
     run_dir = Path(args.run_dir or f"runs/demo-{datetime.now():%Y%m%d-%H%M%S}").absolute()
     run_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        model_path = ensure_model(args.model)
-    except ModelError as exc:
-        print(f"isocompute demo: error: {exc}", file=sys.stderr)
-        return 2
+    model_path = ensure_model(args.model)  # a ModelError is one line (isocompute reports it)
     print(f"[isocompute] model: {model_path}")
     cmd = [
         sys.executable, "-m", "verl_isocompute.main", "--config-name", "cpu_demo",
@@ -244,7 +242,7 @@ def run(args) -> int:
                         bar.total = header["total_training_steps"]
                         bar.refresh()
                 rows = _metric_rows(run_dir / VERL_METRICS)
-                done = sum(1 for r in rows if "timing_s/step" in r["data"])
+                done = sum(1 for r in rows if is_training_step(r["data"]))
                 if not validated_before and any(r["step"] == 0 and _val_reward(r["data"]) is not None for r in rows):
                     validated_before = True
                     bar.write(f"[isocompute] validation before training: reward {_val_reward(rows[0]['data']):.3f}")
@@ -252,15 +250,15 @@ def run(args) -> int:
                 if phase is not None:  # a slow machine shows what it is doing, never a frozen bar
                     bar.set_description_str(progress.format_status(phase, now), refresh=False)
                 if done > bar.n:
-                    done_rows = [r["data"] for r in rows if "timing_s/step" in r["data"]]
-                    left = progress.eta_seconds([d["timing_s/step"] for d in done_rows], bar.total or done,
+                    done_rows = [r["data"] for r in rows if is_training_step(r["data"])]
+                    left = progress.eta_seconds([d[STEP_TIMING] for d in done_rows], bar.total or done,
                                                 validation_s, validation_s is not None)
                     eta = (left, now) if left is not None else None
                     last = done_rows[-1]
                     bar.update(done - bar.n)
                 if eta is not None:
                     bar.set_postfix(reward=f"{last.get('critic/score/mean', float('nan')):.3f}",
-                                    step=progress.format_duration(last["timing_s/step"]),
+                                    step=progress.format_duration(last[STEP_TIMING]),
                                     left=progress.format_duration(eta[0] - (now - eta[1])), refresh=False)
                 bar.refresh()
         except launch.Interrupted as exc:
@@ -275,7 +273,7 @@ def run(args) -> int:
     if proc.returncode != 0:
         tail = log_path.read_text().splitlines()[-25:]
         print("\n".join(tail), file=sys.stderr)
-        print(f"isocompute demo: error: verl exited with status {proc.returncode}; full log: {log_path}", file=sys.stderr)
+        error(PROG, f"verl exited with status {proc.returncode}; full log: {log_path}")
         return 1
     summary = summarize(run_dir, time.perf_counter() - started)
     (run_dir / "demo_summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 
 from verl_isocompute.scaling.curve import COMPUTE_UNITS
-from verl_isocompute.scaling.pipeline import FitOptions, run_fit
+from verl_isocompute.scaling.pipeline import FitConfig, run_fit
+from verl_isocompute.settings import add_setting, from_args
 
 PROG = "isocompute fit"
 
@@ -29,58 +30,32 @@ PROG = "isocompute fit"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUNS", help="run directories, log files, or directories to search")
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="output directory (created if needed)")
-    parser.add_argument("--metric", default=FitOptions.metric,
-                        help="logged metric to maximise (default: val/avg@k, with the k the runs validated with: val/avg@4 "
-                             "in our recipes, val/avg@1 with our pieces on verl's ppo_trainer; val/best@4 or val/worst@4 "
-                             "give their own n*)")
-    parser.add_argument("--compute", choices=COMPUTE_UNITS, default=FitOptions.compute,
-                        help="compute unit C: cumulative rollouts (default), generated tokens, rollouts_with_guidance "
-                             "(plus the rollouts spent before training to find the guidance, PrefixRL's count) or "
-                             "rollouts_with_curation (plus curation too: both arms of a comparison spend it); "
-                             "spend on the training problems only (docs/GUIDED.md)")
-    parser.add_argument("--bucket", type=float, default=FitOptions.bucket,
-                        help="reward bucket width for record-breaking points (default 0.01; 0 = none)")
-    parser.add_argument("--group-by", choices=("n", "n,b_problem"), default=FitOptions.group_by, metavar="{n | n,b_problem}",
-                        help="one curve per n (B_problem fixed, default) or per (n, B_problem) for the joint sweep")
-    parser.add_argument("--fit-on", choices=("all", "records"), default=FitOptions.fit_on,
-                        help="fit each group's curve to all validation points (default) or to its record-breaking points")
-    parser.add_argument("--per-group-r0", action="store_true",
-                        help="fit R0 (reward at C -> 0) per group instead of sharing one across groups")
-    parser.add_argument("--ema", type=float, default=FitOptions.ema,
-                        help="per-run EMA smoothing of the metric, weight of the past in [0, 1) (default 0 = off)")
-    parser.add_argument("--window", type=int, default=FitOptions.window,
-                        help="running-average window over the n*(C) grid, in grid points (default 5 = 1/4 decade)")
-    parser.add_argument("--k-max", type=float, default=FitOptions.k_max, help="upper bound on the sigmoid's k (default 50)")
-    parser.add_argument("--bootstrap", type=int, default=FitOptions.bootstrap,
-                        help="bootstrap resamples over runs for confidence intervals (default 200; 0 = none)")
-    parser.add_argument("--seed", type=int, default=FitOptions.seed, help="bootstrap seed (default 0)")
-    parser.add_argument("--run-table", default=None, metavar="FILE",
-                        help="n and B_problem per run, for logs that do not record them: a CSV with columns run,n,b_problem "
-                             "or a YAML run: {n: N, b_problem: B}; run = the run's name as fit shows it or its last "
-                             "path component (a tensorboard run: its experiment name)")
-    parser.add_argument("--n", type=int, default=None,
-                        help="n for every run whose log, run table and hydra record do not say it (verl file logs, "
-                             "tensorboard, CSVs)")
-    parser.add_argument("--b-problem", type=int, default=None,
-                        help="B_problem (data.train_batch_size) for every run whose log, run table and hydra record do not say it")
-    parser.add_argument("--derive-compute", action="store_true",
-                        help="ignore logged compute counters; use C = step x n x b_problem")
+    add_setting(parser, FitConfig, "metric")
+    add_setting(parser, FitConfig, "compute", choices=COMPUTE_UNITS)
+    add_setting(parser, FitConfig, "bucket", type=float)
+    add_setting(parser, FitConfig, "group_by", choices=("n", "n,b_problem"), metavar="{n | n,b_problem}")
+    add_setting(parser, FitConfig, "fit_on", choices=("all", "records"))
+    add_setting(parser, FitConfig, "shared_r0", "--per-group-r0", action="store_true", default=False,
+                help="fit R0 (reward at C -> 0) per group instead of sharing one across groups")
+    add_setting(parser, FitConfig, "ema", type=float)
+    add_setting(parser, FitConfig, "window", type=int)
+    add_setting(parser, FitConfig, "k_max", type=float)
+    add_setting(parser, FitConfig, "bootstrap", type=int)
+    add_setting(parser, FitConfig, "seed", type=int)
+    add_setting(parser, FitConfig, "run_table", metavar="FILE")
+    add_setting(parser, FitConfig, "n", type=int)
+    add_setting(parser, FitConfig, "b_problem", type=int)
+    add_setting(parser, FitConfig, "derive_compute", action="store_true")
     parser.add_argument("--compare", default=None, metavar="CURVE",
                         help="a curve to compare with in the report and plot: paper:<name> or a curve.json")
 
 
-def options_from_args(args: argparse.Namespace) -> FitOptions:
-    return FitOptions(
-        metric=args.metric, compute=args.compute, bucket=args.bucket, group_by=args.group_by, fit_on=args.fit_on,
-        shared_r0=not args.per_group_r0, ema=args.ema, window=args.window, k_max=args.k_max,
-        bootstrap=args.bootstrap, seed=args.seed, n=args.n, b_problem=args.b_problem, run_table=args.run_table,
-        derive_compute=args.derive_compute,
-    )
+def options_from_args(args: argparse.Namespace) -> FitConfig:
+    return from_args(FitConfig, args, shared_r0=not args.per_group_r0)
 
 
 def run(args: argparse.Namespace) -> int:
     from verl_isocompute.commands.cli import error
-    from verl_isocompute.errors import IsoComputeError
     from verl_isocompute.scaling.curve import STALE_CURVE_FILE, load_curve
     from verl_isocompute.scaling.errors import FitError
 
@@ -88,17 +63,13 @@ def run(args: argparse.Namespace) -> int:
         compare = load_curve(args.compare) if args.compare else None
         outcome = run_fit(args.runs, args.out, options_from_args(args), compare=compare,
                           compare_label=args.compare, command=_command(args))
-    except FitError as exc:
-        _error(f"{exc}\nNothing was written; previous outputs in {args.out} are untouched.")
+    except FitError as exc:  # exit 1, not 2: the input was good, the fit did not converge
+        error(PROG, f"{exc}\nNothing was written; previous outputs in {args.out} are untouched.")
         return 1
-    except IsoComputeError as exc:  # a scaling or curve error: one line
-        return error(PROG, str(exc))
     except OSError as exc:
         if exc.filename and not _inside(exc.filename, args.out):  # an input, read where records.py does not look
-            _error(f"cannot read {exc.filename}: {exc.strerror or exc}; nothing was written")
-        else:
-            _error(f"cannot write to {args.out}: {exc}; previous outputs are untouched")
-        return 2
+            return error(PROG, f"cannot read {exc.filename}: {exc.strerror or exc}; nothing was written")
+        return error(PROG, f"cannot write to {args.out}: {exc}; previous outputs are untouched")
     result, written = outcome.result, outcome.written
 
     for note in result.frontier.notes:
@@ -110,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if result.curve is None:
         stale = next((p for p in written if p.name == STALE_CURVE_FILE), None)
         aside = f" The older curve.json there describes other runs: it was renamed {stale}." if stale else ""
-        _error(f"no n*(C) curve: {result.no_curve_reason}. The frontier was written to {args.out}.{aside}")
+        error(PROG, f"no n*(C) curve: {result.no_curve_reason}. The frontier was written to {args.out}.{aside}")
         return 1
     c = result.curve
     print(
@@ -127,10 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     args.argv = argv
-    from verl_isocompute.commands.cli import closed_pipe_safe
+    from verl_isocompute.commands.cli import run_command
 
-    with closed_pipe_safe():
-        return run(args)
+    return run_command(PROG, run, args)
 
 
 def _command(args: argparse.Namespace) -> str | None:
@@ -145,10 +115,6 @@ def _command(args: argparse.Namespace) -> str | None:
 
 def _inside(path: str, folder: Path) -> bool:
     return Path(path).absolute().is_relative_to(folder.absolute())
-
-
-def _error(message: str) -> None:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
 
 
 if __name__ == "__main__":

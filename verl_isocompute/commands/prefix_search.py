@@ -38,61 +38,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from verl_isocompute.guided.search import RULES
     from verl_isocompute.workflow import prefix_search as ps
 
-    d = ps.PrefixSearchSettings(out=Path("."))
-    parser.add_argument("data", nargs="+", metavar="DATA",
-                        help="verl-format parquet files with an oracle solution column, then any key=value overrides "
-                             "of the recipe (verl-style, e.g. isocompute.model=tiny or the reward function)")
-    parser.add_argument("--out", "-o", required=True, type=Path, metavar="OUT", help="output directory (also the rung cache)")
-    parser.add_argument("--recipe", default=d.recipe, help="recipe giving model, rollout, sampling and reward (default %(default)s)")
-    parser.add_argument("--model", default=None, help="tiny | smollm2 | a local checkpoint path (default: the recipe's), as curate --model")
-    parser.add_argument("--rule", choices=RULES, default=d.rule,
-                        help="pope: shortest prefix with >= 1 correct of k; band: guided avg@k in --band (default %(default)s)")
-    parser.add_argument("--k", type=int, default=d.k, help="samples per rung (default %(default)s, curation's k)")
-    parser.add_argument("--band", type=float, nargs=2, default=d.band, metavar=("LOW", "HIGH"),
-                        help="target guided avg@k of --rule band (default 0.25 0.75)")
-    parser.add_argument("--max-fraction", type=float, default=d.max_fraction,
-                        help="longest prefix, as a share of the solution's characters (default %(default)s, POPE's quarter)")
-    parser.add_argument("--placement", choices=PLACEMENTS, default=d.placement,
-                        help="user: POPE's user-turn prefix; assistant: PrefixRL's assistant-turn prefix "
-                             "(default user; assistant with --traces)")
-    parser.add_argument("--solution-key", default=d.solution_key,
-                        help="column (or dotted path into one) with the oracle solution (default %(default)s)")
-    parser.add_argument("--traces", default=None, metavar="CURATE_OUT",
-                        help="cut the ladders from the base model's correct responses that `isocompute curate --keep-correct "
-                             "--out CURATE_OUT` kept (PrefixRL; the shortest usable trace per problem) instead of --solution-key")
-    parser.add_argument("--concurrency", type=int, default=d.concurrency, help="rungs in flight at once (default %(default)s)")
-    parser.add_argument("--ray-address", default=None, metavar="ADDR",
-                        help="join this running Ray cluster instead of starting a private instance")
-    parser.add_argument("--no-answer-check", action="store_true",
-                        help="do not skip problems whose reference answer math-verify cannot parse (non-math rewards)")
-    parser.add_argument("--restart", action="store_true", help="discard the cached rung samples in OUT")
+    from verl_isocompute.settings import add_setting
+
+    config = ps.PrefixSearchConfig
+    add_setting(parser, config, "data", "data", nargs="+", metavar="DATA", default=None)
+    add_setting(parser, config, "out", "--out", "-o", required=True, type=Path, metavar="OUT")
+    add_setting(parser, config, "recipe")
+    add_setting(parser, config, "model")
+    add_setting(parser, config, "rule", choices=RULES)
+    add_setting(parser, config, "k", type=int)
+    add_setting(parser, config, "band", type=float, nargs=2, metavar=("LOW", "HIGH"))
+    add_setting(parser, config, "max_fraction", type=float)
+    add_setting(parser, config, "placement", choices=PLACEMENTS)
+    add_setting(parser, config, "solution_key")
+    add_setting(parser, config, "traces", metavar="CURATE_OUT")
+    add_setting(parser, config, "concurrency", type=int)
+    add_setting(parser, config, "ray_address", metavar="ADDR")
+    add_setting(parser, config, "check_answers", "--no-answer-check", action="store_true", default=False,
+                help="do not skip problems whose reference answer math-verify cannot parse (non-math rewards)")
+    add_setting(parser, config, "restart", action="store_true")
 
 
 def run(args: argparse.Namespace) -> int:
-    from verl_isocompute.commands.cli import error
-    from verl_isocompute.errors import IsoComputeError
     from verl_isocompute.guided.prefix_search import PLOT_FILE, PREFIXES_FILE, RECORDS_FILE
+    from verl_isocompute.settings import from_args
     from verl_isocompute.workflow import prefix_search as ps
     from verl_isocompute.workflow.launch import Interrupted
 
     # one positional list: argparse cannot split two of them around options; an override has "=" and is no file
     overrides = [a for a in args.data if "=" in a and not Path(a).exists()]
     data = [a for a in args.data if a not in overrides]
-    settings = ps.PrefixSearchSettings(
-        out=args.out, data=tuple(data), recipe=args.recipe, model=args.model, rule=args.rule, k=args.k, band=tuple(args.band),
-        max_fraction=args.max_fraction, placement=args.placement, solution_key=args.solution_key, traces=args.traces,
-        concurrency=args.concurrency, ray_address=args.ray_address, check_answers=not args.no_answer_check,
-        restart=args.restart, overrides=tuple(overrides),
-    )
-    try:
-        settings.check()  # before any start-up: a bad flag costs nothing
-    except IsoComputeError as exc:
-        return error(PROG, str(exc))
-
+    settings = from_args(ps.PrefixSearchConfig, args, data=tuple(data), band=tuple(args.band),
+                         check_answers=not args.no_answer_check, overrides=tuple(overrides))
+    settings.check()  # before any start-up: a bad flag costs nothing
     try:
         summary = ps.prefix_search(settings)
-    except IsoComputeError as exc:  # a recipe, model or search error: one line
-        return error(PROG, str(exc))
     except Interrupted as exc:
         records = settings.out / RECORDS_FILE
         kept = (f"kept the rungs sampled so far in {records}" if records.is_file() and records.stat().st_size

@@ -39,21 +39,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from verl_isocompute.commands.cli import error
-    from verl_isocompute.errors import IsoComputeError
-    from verl_isocompute.workflow.sweep.plan import PlanError, describe, load_plan
+    from verl_isocompute.workflow.sweep.grid import PlanError, describe
+    from verl_isocompute.workflow.sweep.plan import load_plan
     from verl_isocompute.workflow.sweep.preflight import preflight
 
-    try:
-        plan = load_plan(args.plan)
-        if args.sweep_dir is not None:
-            plan = replace(plan, sweep_dir=str(args.sweep_dir.absolute()))
-        if args.max_concurrent is not None and args.max_concurrent < 1:
-            raise PlanError(f"--max-concurrent must be at least 1, got {args.max_concurrent}")
-        # the whole plan, before the first cell (and in a dry run): data, recipe, overrides, fit and ray
-        checked = preflight(plan)
-    except IsoComputeError as exc:  # a plan, recipe or sweep error: one line
-        return error(PROG, str(exc))
+    plan = load_plan(args.plan)
+    if args.sweep_dir is not None:
+        plan = replace(plan, sweep_dir=str(args.sweep_dir.absolute()))
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise PlanError(f"--max-concurrent must be at least 1, got {args.max_concurrent}")
+    # the whole plan, before the first cell (and in a dry run): data, recipe, overrides, fit and ray
+    checked = preflight(plan)
     print(describe(plan))
     if args.dry_run:
         return 0
@@ -63,8 +59,6 @@ def run(args: argparse.Namespace) -> int:
 def _run_sweep(plan, checked, args: argparse.Namespace) -> int:
     import signal
 
-    from verl_isocompute.commands.cli import error
-    from verl_isocompute.errors import IsoComputeError
     from verl_isocompute.workflow.sweep import runner
     from verl_isocompute.workflow.sweep.executors import LocalExecutor, RayJobExecutor
     from verl_isocompute.workflow.sweep.preflight import ray_options
@@ -72,20 +66,17 @@ def _run_sweep(plan, checked, args: argparse.Namespace) -> int:
 
     sweep_dir = Path(plan.sweep_dir)
     address = args.ray_address or plan.ray.get("address")
-    try:
-        if address:
-            options = ray_options(plan, checked.cfg, address, args.max_concurrent)
-            executor = RayJobExecutor(options)
-            executor.connect()  # an unreachable cluster fails in seconds, before anything is written
-            print(f"[sweep] submitting to the Ray cluster at {options.address} ({options.mode} Ray instance per cell, "
-                  f"{options.num_gpus} GPU(s) each), {executor.max_concurrent} at a time", file=sys.stderr)
-        else:
-            executor = LocalExecutor()
-        if args.restart:
-            clear_sweep(sweep_dir)
-        sweep = runner.Sweep(plan, executor, progress=not args.no_progress, cell_check=checked.cell_check)
-    except IsoComputeError as exc:
-        return error(PROG, str(exc))
+    if address:
+        options = ray_options(plan, checked.cfg, address, args.max_concurrent)
+        executor = RayJobExecutor(options)
+        executor.connect()  # an unreachable cluster fails in seconds, before anything is written
+        print(f"[sweep] submitting to the Ray cluster at {options.address} ({options.mode} Ray instance per cell, "
+              f"{options.num_gpus} GPU(s) each), {executor.max_concurrent} at a time", file=sys.stderr)
+    else:
+        executor = LocalExecutor()
+    if args.restart:
+        clear_sweep(sweep_dir)
+    sweep = runner.Sweep(plan, executor, progress=not args.no_progress, cell_check=checked.cell_check)
 
     try:
         summary = sweep.run()
@@ -93,8 +84,6 @@ def _run_sweep(plan, checked, args: argparse.Namespace) -> int:
         print(f"{PROG}: stopped by {exc}; the running cells and their Ray processes are stopped; kept the sweep "
               f"state {sweep.state.path} and the finished cells: rerun the same command to resume", file=sys.stderr)
         return exc.exit_code
-    except IsoComputeError as exc:
-        return error(PROG, str(exc))
 
     counts = summary["counts"]
     print(f"[sweep] cells: {counts.get(runner.FINISHED, 0)} done, {counts.get(runner.FAILED, 0)} failed, "

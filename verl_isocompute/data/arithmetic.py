@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from verl_isocompute import atomic
+from verl_isocompute import _compat, atomic
 
 DATA_SOURCE = "isocompute/arithmetic"
 INSTRUCTION = "Solve the problem. Put the final answer in \\boxed{}."
@@ -31,8 +31,12 @@ TASKS = ("basic_arithmetic", "products")
 WORKED_EXAMPLE = ("Calculate 7 - 2.", "7 - 2 = 5. The answer is \\boxed{5}.")
 
 
+# The settings classes' one suffix (0.2): the old name works for one release.
+__getattr__ = _compat.moved_names(__name__, {}, renamed={"ArithmeticSpec": "ArithmeticConfig"})
+
+
 @dataclass(frozen=True)
-class ArithmeticSpec:
+class ArithmeticConfig:
     """What to generate: sizes, seed and difficulty (terms and digits per number)."""
 
     train_size: int = 256
@@ -71,7 +75,7 @@ class ArithmeticSpec:
         )
 
 
-def _problems(spec: ArithmeticSpec, size: int | None = None) -> list[dict]:
+def _problems(spec: ArithmeticConfig, size: int | None = None) -> list[dict]:
     import reasoning_gym
 
     settings = dict(size=size or spec.train_size + spec.val_size, seed=spec.seed, min_terms=spec.min_terms,
@@ -104,7 +108,7 @@ def to_verl_row(question: str, answer: str, split: str, index: int, data_source:
     }
 
 
-def write_arithmetic_dataset(out_dir: Path, spec: ArithmeticSpec = ArithmeticSpec()) -> tuple[Path, Path]:
+def write_arithmetic_dataset(out_dir: Path, spec: ArithmeticConfig = ArithmeticConfig()) -> tuple[Path, Path]:
     """Write ``train.parquet`` and ``val.parquet`` under ``out_dir`` (reused when already there)."""
     import pandas as pd
 
@@ -126,7 +130,7 @@ def write_arithmetic_dataset(out_dir: Path, spec: ArithmeticSpec = ArithmeticSpe
     return train, val
 
 
-def write_problems(path: Path, spec: ArithmeticSpec, size: int) -> Path:
+def write_problems(path: Path, spec: ArithmeticConfig, size: int) -> Path:
     """``size`` generated problems in one verl parquet file, for ``isocompute curate --data`` (reused when there)."""
     import pandas as pd
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from verl_isocompute.errors import CurateError
+from verl_isocompute.settings import setting
 
 DEFAULT_K = 16
 DEFAULT_TEMPERATURE = 0.6
@@ -35,10 +36,10 @@ _EPS = 1e-9  # c / k is compared with closed interval ends written as decimals (
 class Thresholds:
     """Difficulty bands on avg@k (closed intervals) and the pass@k bound of the extremely hard split."""
 
-    easy: tuple[float, float] = (0.3, 0.6)
-    hard: tuple[float, float] = (0.0, 1.0 / 16)
-    very_easy: tuple[float, float] = (0.6, 0.9)
-    extremely_hard_max_pass: float = 0.0
+    easy: tuple[float, float] = setting((0.3, 0.6), "avg@k band of Easy")
+    hard: tuple[float, float] = setting((0.0, 1.0 / 16), "avg@k band of Hard")
+    very_easy: tuple[float, float] = setting((0.6, 0.9), "avg@k band of Very easy")
+    extremely_hard_max_pass: float = setting(0.0, "Extremely hard: pass@k <= P; 0: no sample correct")
 
     def __post_init__(self) -> None:
         for name in ("easy", "hard", "very_easy"):

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from verl_isocompute import atomic
+from verl_isocompute import _compat, atomic
 from verl_isocompute.data.arithmetic import to_verl_row
 
 DATA_SOURCE = "isocompute/worked_arithmetic"
@@ -62,8 +62,12 @@ def worked_arithmetic(size: int, terms: int = 4, digits: int = 2, seed: int = 0,
     return pd.DataFrame(rows)
 
 
+# The settings classes' one suffix (0.2): the old name works for one release.
+__getattr__ = _compat.moved_names(__name__, {}, renamed={"WorkedSpec": "WorkedConfig"})
+
+
 @dataclass(frozen=True)
-class WorkedSpec:
+class WorkedConfig:
     """The generated worked set of ``isocompute.data.source=worked``: sizes, seed, chain length and digits."""
 
     train_size: int = 256
@@ -77,7 +81,7 @@ class WorkedSpec:
         return f"worked-s{self.seed}-t{self.terms}-d{self.digits}-{self.train_size}-{self.val_size}"
 
 
-def write_worked_dataset(out_dir: Path, spec: WorkedSpec = WorkedSpec()) -> tuple[Path, Path]:
+def write_worked_dataset(out_dir: Path, spec: WorkedConfig = WorkedConfig()) -> tuple[Path, Path]:
     """Write ``train.parquet`` and ``val.parquet`` under ``out_dir`` (reused when already there): one seeded
     draw, the first ``val_size`` problems held out for validation."""
     out_dir = Path(out_dir)

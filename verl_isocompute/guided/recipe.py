@@ -27,33 +27,55 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from verl_isocompute import _compat
 from verl_isocompute.guided import spend
 from verl_isocompute.guided.placement import ALL, ASSISTANT, FRACTION, SKIP, USER, GuidedDataset, guided_dataset
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION
+from verl_isocompute.settings import setting
 from verl_isocompute.training.conf import files
 
-# Keys of isocompute.guided that are not GuideOptions (how rows are made).
+# Keys of isocompute.guided that are not GuideConfig (how rows are made).
 ENABLE, SPEND = "enable", "spend"
 TEXT, TOKENS = "text", "tokens"  # where a trace is cut: at line / sentence ends, or after h kept token ids
 CUTS = (TEXT, TOKENS)
 
 
-@dataclass(frozen=True)
-class GuideOptions:
-    """How guided rows are made (the keys of ``isocompute.guided`` besides ``enable`` and ``spend``)."""
+# The settings classes' one suffix (0.2): the old name works for one release.
+__getattr__ = _compat.moved_names(__name__, {}, renamed={"GuideOptions": "GuideConfig"})
 
-    solution_key: str = "extra_info.solution"  # column, or dotted path into one, holding the oracle solution
-    placement: str | None = None  # user (POPE, arXiv 2601.18779) | assistant (PrefixRL, arXiv 2601.18795); None: user, assistant with traces
-    ratio: float = 1.0  # share of the problems with a usable prefix to guide (POPE guides every hard problem)
-    fraction: float = DEFAULT_MAX_FRACTION  # prefix length asked for, as a share of the solution's characters
-    max_fraction: float = DEFAULT_MAX_FRACTION  # cap on the prefix share; POPE keeps it around 1/4
-    seed: int = 0  # which problems are guided when ratio < 1
-    traces: str | None = None  # a `curate --keep-correct` directory: cut the prefixes from its traces, not solution_key
-    prefixes: str | None = None  # a prefix-search output dir (or its prefixes.parquet): per-problem prefixes instead of fraction
-    copies: int = 1  # guided rows per guided problem, at different prefix lengths (PrefixRL varies h; POPE: 1)
-    originals: str = ALL  # unguided originals kept: all | prefixed (POPE's 1:1 over the guided problems) | none (PrefixRL)
-    cut: str = TEXT  # text: cut at line / sentence ends; tokens: the first h kept token ids of a trace (PrefixRL)
-    unsearched: str = SKIP  # with prefixes: a problem the search found no prefix for gets none (skip) or the fixed fraction
+
+@dataclass(frozen=True)
+class GuideConfig:
+    """How guided rows are made (the keys of ``isocompute.guided`` besides ``enable`` and ``spend``), each with its
+    help text (``isocompute guide --help`` is built from them)."""
+
+    solution_key: str = setting("extra_info.solution", "column (or dotted path into one) with the oracle solution")
+    placement: str | None = setting(
+        None, "user: POPE's user-turn prefix (arXiv 2601.18779); assistant: PrefixRL's assistant-turn prefix "
+        "(arXiv 2601.18795)", default_help="default user; assistant with traces; the search's own with prefixes",
+    )
+    ratio: float = setting(1.0, "share of the problems with a usable prefix to guide, in (0, 1]; POPE guides every hard problem")
+    fraction: float = setting(
+        DEFAULT_MAX_FRACTION, "prefix length as a share of the solution's characters, cut at a line/sentence end"
+    )
+    max_fraction: float = setting(DEFAULT_MAX_FRACTION, "cap on the prefix share; POPE keeps it around a quarter")
+    seed: int = setting(0, "which problems are guided when ratio < 1")
+    traces: str | None = setting(
+        None, "cut the prefixes from the base model's correct responses that `isocompute curate --keep-correct --out "
+        "CURATE_OUT` kept (PrefixRL; the shortest usable one per problem) instead of the solution key",
+    )
+    prefixes: str | None = setting(
+        None, "an `isocompute prefix-search` output dir (or its prefixes.parquet): each problem gets its searched "
+        "prefix, problems without one are skipped", default_help="default: the fixed fraction",
+    )
+    copies: int = setting(1, "guided rows per guided problem, at evenly spread prefix lengths up to the fraction "
+                             "(PrefixRL varies the prefix length h; POPE: 1)")
+    originals: str = setting(ALL, "unguided originals kept: all, prefixed (only the guided problems': POPE's 1:1 over "
+                                  "the problems with a prefix), none (PrefixRL: prefixed problems only)")
+    cut: str = setting(TEXT, "with traces: text (cut at line / sentence ends) or tokens (the first h kept token ids of "
+                             "the trace; assistant placement)")
+    unsearched: str = setting(SKIP, "with prefixes: a problem the search found no prefix for gets no guided copy (skip) "
+                                    "or one at the fixed fraction (fraction)")
 
     def build(self, frame) -> GuidedDataset:
         """The guided mixture of ``frame``. Placement ``None`` means: the prefix search's own placement with
@@ -83,7 +105,7 @@ class GuideOptions:
         return result
 
 
-def no_guided_rows(options: GuideOptions, result: GuidedDataset) -> str:
+def no_guided_rows(options: GuideConfig, result: GuidedDataset) -> str:
     """Why a mixture has no guided row, naming the option to fix (the command's flag, the recipe's key)."""
     if options.traces:
         return (f"no problem has a usable trace in traces={options.traces} ({result.summary()}); curate these problems "
@@ -161,7 +183,7 @@ def read_frames(paths: list[str]):
     return pd.concat([pd.read_parquet(os.path.expanduser(p)) for p in paths], ignore_index=True)
 
 
-def write_mixture(paths: list[str], out: Path, options: GuideOptions) -> GuidedDataset:
+def write_mixture(paths: list[str], out: Path, options: GuideConfig) -> GuidedDataset:
     """Guided mixture of the problems in ``paths`` written atomically to ``out``; nothing is written when it
     would hold no guided row (ValueError naming the option)."""
     from verl_isocompute import atomic
@@ -258,11 +280,11 @@ def prepare_guided(cfg) -> GuidedDataset | None:
     block = guided_block(cfg)
     if not block.get(ENABLE, False):
         return None
-    known = {f.name for f in fields(GuideOptions)}
+    known = {f.name for f in fields(GuideConfig)}
     unknown = set(block) - known - {ENABLE, SPEND}
     if unknown:
         raise ValueError(f"isocompute.guided: unknown key(s) {sorted(unknown)}; known: {ENABLE}, {SPEND}, {', '.join(sorted(known))}")
-    options = GuideOptions(**{k: v for k, v in block.items() if k in known})
+    options = GuideConfig(**{k: v for k, v in block.items() if k in known})
     paths = files(cfg, "data.train_files")
     out = mixture_path(cfg)
     if paths == [str(out)]:

@@ -40,13 +40,14 @@ block of our recipes; :mod:`verl_isocompute.training.allocation_hook` applies it
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable
 
 from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.numeric import as_count, integral, is_positive
 from verl_isocompute.scaling.curve import Curve, load_curve
+from verl_isocompute.settings import help_text, setting
 from verl_isocompute.training.lr import (
     B_REF,
     BASE_LR,
@@ -68,10 +69,6 @@ class AllocationError(IsoComputeError, ValueError):
     """A budget or constraint that cannot be allocated; the message names the problem and the fix."""
 
 
-def _setting(default: Any, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
-
-
 @dataclass(frozen=True)
 class AllocationConfig:
     """The ``isocompute.allocation`` block: the one place its keys, defaults and meanings are written.
@@ -81,32 +78,32 @@ class AllocationConfig:
     that users override them without ``+``); a test checks the two agree.
     """
 
-    enable: bool = _setting(False, "let the block set n, B_problem, steps and lr (the hook does nothing unless true)")
-    curve: str | None = _setting(None, "curve.json from `isocompute fit`, or paper:<preset>")
-    budget_rollouts: float | None = _setting(None, "sampling budget C in rollouts (exactly one of the two budgets)")
-    budget_tokens: float | None = _setting(None, "sampling budget in generated tokens (needs mean_response_tokens)")
-    mean_response_tokens: float | None = _setting(
+    enable: bool = setting(False, "let the block set n, B_problem, steps and lr (the hook does nothing unless true)")
+    curve: str | None = setting(None, "curve.json from `isocompute fit`, or paper:<preset>")
+    budget_rollouts: float | None = setting(None, "sampling budget C in rollouts (exactly one of the two budgets)")
+    budget_tokens: float | None = setting(None, "sampling budget in generated tokens (needs mean_response_tokens)")
+    mean_response_tokens: float | None = setting(
         None, "mean generated tokens per rollout (generated tokens / rollouts of a pilot run); needed whenever tokens are involved"
     )
-    b_max: int | None = _setting(None, "most rollouts one step may take (hardware limit); unset: no cap")
-    b_problem: int = _setting(32, "problems per step (the paper's fixed-B_problem setting)")
-    b_problem_floor: int | None = _setting(
+    b_max: int | None = setting(None, "most rollouts one step may take (hardware limit); unset: no cap")
+    b_problem: int = setting(32, "problems per step (the paper's fixed-B_problem setting)")
+    b_problem_floor: int | None = setting(
         None, f"lowest b_problem before n is lowered; unset: min(b_problem, {B_PROBLEM_FLOOR}), 1 in fixed-batch mode"
     )
-    batch_rollouts: int | None = _setting(None, "fixed-hardware-batch mode: B rollouts per step, b_problem = B // n")
-    dataset_size: int | None = _setting(None, "training problems D, for epochs and trainer.total_epochs")
-    n_grid: tuple[int, ...] | None = _setting(None, "allowed n values; unset: powers of two from 2")
-    min_steps: int = _setting(1, "the budget must pay for at least this many steps")
-    base_lr: float = _setting(BASE_LR, "LR rule: the learning rate at b_ref rollouts per step")
-    b_ref: float = _setting(B_REF, "LR rule: the batch (rollouts per step) base_lr was tuned at")
-    lr_rule: str = _setting("sqrt", "LR rule: sqrt | constant | linear")
-    warmup_steps: int = _setting(WARMUP_STEPS, "LR rule: linear warm-up steps")
-    override_user: bool = _setting(False, "let the allocation replace values given on the command line")
+    batch_rollouts: int | None = setting(None, "fixed-hardware-batch mode: B rollouts per step, b_problem = B // n")
+    dataset_size: int | None = setting(None, "training problems D, for epochs and trainer.total_epochs")
+    n_grid: tuple[int, ...] | None = setting(None, "allowed n values; unset: powers of two from 2")
+    min_steps: int = setting(1, "the budget must pay for at least this many steps")
+    base_lr: float = setting(BASE_LR, "LR rule: the learning rate at b_ref rollouts per step")
+    b_ref: float = setting(B_REF, "LR rule: the batch (rollouts per step) base_lr was tuned at")
+    lr_rule: str = setting("sqrt", "LR rule: sqrt | constant | linear")
+    warmup_steps: int = setting(WARMUP_STEPS, "LR rule: linear warm-up steps")
+    override_user: bool = setting(False, "let the allocation replace values given on the command line")
 
     @classmethod
     def help(cls, name: str) -> str:
         """The help text of one key."""
-        return next(f.metadata["help"] for f in fields(cls) if f.name == name)
+        return help_text(cls, name)
 
     def rule_settings(self) -> dict[str, Any]:
         """The keys that are :func:`allocate`'s keyword arguments (the rest say what to allocate and whether)."""

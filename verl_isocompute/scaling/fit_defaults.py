@@ -1,6 +1,6 @@
 """The fit's numeric defaults, written once (arXiv 2603.12151, section 4).
 
-:class:`~verl_isocompute.scaling.pipeline.FitOptions` (``isocompute fit``'s flags and a sweep plan's
+:class:`~verl_isocompute.scaling.pipeline.FitConfig` (``isocompute fit``'s flags and a sweep plan's
 ``fit:`` block) takes its defaults from here, and so do the keyword defaults of the functions that do
 the work (the record-breaking buckets, the envelope's running average, the sigmoid fit, the bootstrap).
 A module of constants only, so the fit command imports it without numpy, pandas or scipy.

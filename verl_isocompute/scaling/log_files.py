@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from verl_isocompute.runlog import RUN_LOG
+from verl_isocompute.runlog import RUN_LOG, verl_line
 from verl_isocompute.scaling import sources
 from verl_isocompute.scaling.errors import ScalingError
 
@@ -116,7 +116,7 @@ def sniff_format(path: Path) -> str | None:
         return None
     if "header" in obj:
         return "isocompute"
-    if "step" in obj and isinstance(obj.get("data"), dict):
+    if verl_line(obj) is not None:
         return "verl"
     if "step" in obj and ("rollouts" in obj or "n" in obj):
         return "isocompute"

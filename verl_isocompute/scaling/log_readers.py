@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from verl_isocompute.jsonl import JsonlError, read_jsonl
-from verl_isocompute.runlog import WITH_CURATION, WITH_GUIDANCE
+from verl_isocompute.runlog import WITH_CURATION, WITH_GUIDANCE, verl_line
 from verl_isocompute.scaling import sources
 from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.scaling.log_files import real_dir, real_path
@@ -87,13 +87,12 @@ def read_jsonl_log(path: Path, fmt: str) -> RawRun:
             header = obj["header"] if isinstance(obj["header"], dict) else {}
             continue
         if fmt == "verl":
-            data = obj.get("data")
-            if not isinstance(data, dict) or "step" not in obj:
+            line = verl_line(obj)
+            if line is None:
                 raise ScalingError(
                     f"{path}, line {line_no}: not in verl's file-logger format {{\"step\": N, \"data\": {{...}}}}"
                 )
-            row = dict(data)
-            row["step"] = obj["step"]
+            row = {**line[1], "step": line[0]}
         else:
             row = obj
         rows.append(row)

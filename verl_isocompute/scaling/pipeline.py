@@ -1,7 +1,7 @@
 """The whole fit, as one call: run logs -> frontier -> per-n fits -> n*(C) sigmoid -> files.
 
 ``isocompute fit`` and the end of ``isocompute sweep`` both call :func:`run_fit` with a
-:class:`FitOptions`; its defaults are the command's defaults (one place), so a sweep's ``fit:`` block
+:class:`FitConfig`; its defaults are the command's defaults (one place), so a sweep's ``fit:`` block
 and the command line mean the same thing. Pure: no verl, no torch.
 """
 
@@ -12,34 +12,57 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
+from verl_isocompute import _compat
 from verl_isocompute.numeric import is_real, yaml_number
 from verl_isocompute.runlog import DEFAULT_METRIC, VAL_PREFIX
 from verl_isocompute.scaling.curve import Curve
 from verl_isocompute.scaling.fit_defaults import DEFAULT_BOOTSTRAP, DEFAULT_BUCKET, DEFAULT_WINDOW, K_MAX
+from verl_isocompute.settings import setting
+
+
+# The settings classes' one suffix (0.2): the old name works for one release.
+__getattr__ = _compat.moved_names(__name__, {}, renamed={"FitOptions": "FitConfig"})
 
 
 @dataclass(frozen=True)
-class FitOptions:
-    """Settings of a fit (arXiv 2603.12151, section 4); see ``isocompute fit --help`` for each."""
+class FitConfig:
+    """Settings of a fit (arXiv 2603.12151, section 4): ``isocompute fit``'s options and a sweep plan's ``fit:``
+    block, each with its help text (the command's ``--help`` is built from them)."""
 
-    metric: str | None = None  # None: the val/avg@k the logs have (val/avg@4 with our recipes; see logged_avg_at_k)
-    compute: str = "rollouts"
-    bucket: float = DEFAULT_BUCKET
-    group_by: str = "n"
-    fit_on: str = "all"
-    shared_r0: bool = True
-    ema: float = 0.0
-    window: int = DEFAULT_WINDOW
-    k_max: float = K_MAX
-    bootstrap: int = DEFAULT_BOOTSTRAP
-    seed: int = 0
-    n: int | None = None
-    b_problem: int | None = None
-    run_table: str | None = None
-    derive_compute: bool = False
+    metric: str | None = setting(
+        None, "logged metric to maximise; val/best@4 or val/worst@4 give their own n*",
+        default_help="default: val/avg@k, with the k the runs validated with: val/avg@4 in our recipes, val/avg@1 with "
+                     "our pieces on verl's ppo_trainer",
+    )
+    compute: str = setting(
+        "rollouts", "compute unit C: cumulative rollouts, generated tokens, rollouts_with_guidance (plus the rollouts "
+        "spent before training to find the guidance, PrefixRL's count) or rollouts_with_curation (plus curation too: "
+        "both arms of a comparison spend it); spend on the training problems only (docs/GUIDED.md)",
+    )
+    bucket: float = setting(DEFAULT_BUCKET, "reward bucket width for record-breaking points; 0 = none")
+    group_by: str = setting("n", "one curve per n (B_problem fixed) or per (n, B_problem) for the joint sweep")
+    fit_on: str = setting("all", "fit each group's curve to all validation points or to its record-breaking points")
+    shared_r0: bool = setting(True, "share one R0 (reward at C -> 0) across groups; false fits it per group")
+    ema: float = setting(0.0, "per-run EMA smoothing of the metric, weight of the past in [0, 1); 0 = off")
+    window: int = setting(DEFAULT_WINDOW, "running-average window over the n*(C) grid, in grid points (20 per decade)")
+    k_max: float = setting(K_MAX, "upper bound on the sigmoid's k")
+    bootstrap: int = setting(DEFAULT_BOOTSTRAP, "bootstrap resamples over runs for confidence intervals; 0 = none")
+    seed: int = setting(0, "bootstrap seed")
+    n: int | None = setting(
+        None, "n for every run whose log, run table and hydra record do not say it (verl file logs, tensorboard, CSVs)"
+    )
+    b_problem: int | None = setting(
+        None, "B_problem (data.train_batch_size) for every run whose log, run table and hydra record do not say it"
+    )
+    run_table: str | None = setting(
+        None, "n and B_problem per run, for logs that do not record them: a CSV with columns run,n,b_problem or a "
+        "YAML run: {n: N, b_problem: B}; run = the run's name as fit shows it or its last path component (a "
+        "tensorboard run: its experiment name)",
+    )
+    derive_compute: bool = setting(False, "ignore logged compute counters; use C = step x n x b_problem")
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "FitOptions":
+    def from_dict(cls, values: dict[str, Any]) -> "FitConfig":
         """Options from a plain mapping (a sweep plan's ``fit:`` block); unknown keys are an error."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
@@ -51,7 +74,7 @@ class FitOptions:
                 values[name] = yaml_number(values[name])  # a string that is no number: check() names it
         return cls(**values)
 
-    def check(self) -> FitOptions:
+    def check(self) -> FitConfig:
         """Refuse a setting that cannot be fitted with one line naming the option and the fix; return self.
 
         :func:`run_fit` calls it before reading any log, and ``isocompute sweep`` calls it on a plan's
@@ -152,7 +175,7 @@ class FitOutcome:
 def run_fit(
     runs: Sequence[str | os.PathLike],
     out_dir: str | os.PathLike | None,
-    options: FitOptions = FitOptions(),
+    options: FitConfig = FitConfig(),
     compare: Curve | None = None,
     compare_label: str | None = None,
     command: str | None = None,

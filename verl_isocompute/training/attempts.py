@@ -36,7 +36,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from verl_isocompute.jsonl import read_jsonl
-from verl_isocompute.runlog import RUN_LOG, RunLogError
+from verl_isocompute.runlog import RUN_LOG, RunLogError, verl_line
 
 PREVIOUS_DIR = "previous"  # <run_dir>/previous/<UTC time>/: the records of earlier runs in this directory
 ASIDE_SUFFIX = ".before-resume"  # verl's metrics file while a resumed run re-logs it
@@ -138,10 +138,11 @@ def kept_rows(path: Path, step: int) -> list[tuple[int, dict]]:
     kill is skipped, any other unreadable line is an error naming file and line."""
     rows = []
     for no, obj in read_jsonl(path).objects:
-        if not isinstance(obj, dict) or not isinstance(obj.get("data"), dict) or not isinstance(obj.get("step"), int):
+        line = verl_line(obj)
+        if line is None or not isinstance(line[0], int):
             raise RunLogError(f"{path}, line {no}: not in verl's file-logger format {{\"step\": N, \"data\": {{...}}}}")
-        if obj["step"] <= step:
-            rows.append((obj["step"], obj["data"]))
+        if line[0] <= step:
+            rows.append(line)
     return rows
 
 

@@ -1,43 +1,31 @@
-"""Our ``isocompute:`` config block, resolved into plain verl settings before verl builds anything.
+"""Our ``isocompute:`` config block: composing a recipe and checking its settings before verl builds anything.
 
-Used by the entry point (:mod:`verl_isocompute.main`), the sweep and curation (which compose recipes
-outside ``hydra.main`` with :func:`compose_recipe`). The recipes write the derived verl keys as
-interpolations of our resolvers (:mod:`verl_isocompute.training.resolvers`: model, data files, allocation,
-learning rate, run directory), which verl's own ``python -m verl.trainer.main_ppo`` resolves the same way.
-What :func:`prepare` adds for our entry point:
+Used by the entry point (:mod:`verl_isocompute.main`, through :mod:`verl_isocompute.training.prepare`), the
+sweep and curation (which compose recipes outside ``hydra.main`` with :func:`compose_recipe`), and the
+isocompute trainer (which checks its own settings again for runs verl's main_ppo started). The recipes write
+the derived verl keys as interpolations of our resolvers (:mod:`verl_isocompute.training.resolvers`: model,
+data files, allocation, learning rate, run directory), which verl's own ``python -m verl.trainer.main_ppo``
+resolves the same way.
 
-- the platform: ``isocompute.platform=cpu`` selects our CPU backend (sets ``VERL_PLATFORM=cpu`` before
-  verl is imported, which verl's entry point cannot do) and rejects GPU-only settings; on the CPU it prints
-  the dtype ``isocompute.cpu.dtype`` gives (:mod:`verl_isocompute.cpu.dtype`: bf16 only where native);
-- ``isocompute.reuse_rollout_log_probs``: skip the old-log-prob pass of a fully on-policy recipe
-  (:mod:`verl_isocompute.training.on_policy`; our entry point only);
-- resolving the whole config now, so that a bad setting stops the run with one line before Ray starts,
-  then checking the model (a usable local checkpoint with a chat template), the data files and group sizes;
-- one line each for the allocation and the learning rate (lr = base_lr * sqrt(B / b_ref), B = B_problem
-  * n, n_train under the decoupled baseline, update k at lr * min(1, k / W): :mod:`verl_isocompute.training.lr`);
-  an lr given on the command line replaces the rule, as in verl's entry point, and the line says so;
-- ``isocompute.guided.enable``: the training files become a mixture with guided copies of the problems
-  (docs/GUIDED.md; through verl's main_ppo our trainer does it), and a validation file with guided rows is refused;
-- the run directory ``isocompute.run_dir``: hydra's record of the config, our run log
-  (``isocompute.jsonl``), verl's metrics (``verl_metrics.jsonl``), checkpoints and validation generations.
-
-A key the allocation decides (n, B_problem, steps, lr) that the command line also sets is an error naming
-both values.
+:func:`check_config` makes every check that needs nothing built or started: the platform (a GPU-only
+rollout or FSDP1 on the CPU platform is refused), the estimator, group sizes, the isocompute trainer's
+settings, the LR rule and the allocation, the reuse of the rollout's log-probs. A key the allocation decides
+(n, B_problem, steps, lr) that the command line also sets is an error naming both values. Each check raises
+:class:`RecipeError`, one line naming the key and the fix. What a run builds (the model, data, a guided
+mixture, the run directory) is :mod:`verl_isocompute.training.prepare`'s.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
-from verl_isocompute import verl_keys
+from verl_isocompute import _compat, verl_keys
 from verl_isocompute.errors import IsoComputeError
-from verl_isocompute.runlog import VERL_METRICS
 from verl_isocompute.training import resolvers
-from verl_isocompute.training.conf import files, select
+from verl_isocompute.training.conf import select
 from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
 from verl_isocompute.training.names import (
     DECOUPLED_ESTIMATOR,
@@ -51,7 +39,16 @@ from verl_isocompute.training.names import (
 )
 
 resolvers.register()  # before any recipe is composed: the recipes interpolate them
-from verl_isocompute.training.on_policy import check_reuse, prepare_reuse_rollout_log_probs
+from verl_isocompute.training.on_policy import check_reuse
+
+# Names that lived here until 0.2 and moved with preparing a run; the old path works for one release.
+_MOVED = dict.fromkeys(
+    ("prepare", "prepare_platform", "prepare_cpu", "prepare_model", "prepare_data", "prepare_guided_data",
+     "prepare_run_dir", "report_allocation", "report_lr"),
+    "verl_isocompute.training.prepare",
+)
+
+__getattr__ = _compat.moved_names(__name__, _MOVED)
 
 # verl 0.9's own advantage estimators (its core_algos.ADV_ESTIMATOR_REGISTRY; tests/test_import_contract.py keeps
 # this in step), so that a misspelt estimator stops a run, or a sweep's dry run, without importing verl.
@@ -93,76 +90,6 @@ def check_platform(cfg: DictConfig) -> None:
                 f"actor_rollout_ref.{role}.strategy={strategy}: on the CPU platform only fsdp2 works "
                 f"(FSDP1 needs a GPU to sync module states); set actor_rollout_ref.{role}.strategy=fsdp2"
             )
-
-
-def prepare_platform(cfg: DictConfig) -> None:
-    """Select the CPU backend for this process and its Ray workers when the recipe asks for it (after
-    :func:`check_platform`); on the CPU, :func:`prepare_cpu`."""
-    if select(cfg, "isocompute.platform") == PLATFORM_NAME and os.environ.get("VERL_PLATFORM", "").strip().lower() in ("", PLATFORM_NAME):
-        os.environ["VERL_PLATFORM"] = PLATFORM_NAME
-    check_platform(cfg)
-    if os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME:
-        prepare_cpu(cfg)
-
-
-def prepare_cpu(cfg: DictConfig) -> None:
-    """On the CPU platform: the dtype from the CPU (verl_isocompute.cpu.dtype), the workers' thread count."""
-    from verl_isocompute.cpu import cpu_selected, record_cpu_threads
-
-    if not cpu_selected():
-        return
-    from verl_isocompute.cpu.dtype import prepare_cpu_dtype
-
-    record_cpu_threads()
-    try:
-        prepare_cpu_dtype(cfg)
-    except ValueError as exc:
-        raise RecipeError(str(exc)) from None
-
-
-def prepare_model(cfg: DictConfig) -> None:
-    """The model path (``isocompute.model`` builds a built-in one) must be a usable local checkpoint."""
-    from verl_isocompute.cpu.models import check_model_path
-
-    check_model_path(cfg.actor_rollout_ref.model.path)
-
-
-def prepare_data(cfg: DictConfig) -> None:
-    """Local data files must exist now, not mid-run (``isocompute.data.source=arithmetic`` generates them)."""
-    for key in ("data.train_files", "data.val_files"):
-        for f in files(cfg, key):
-            # remote paths (hdfs://, ...) are verl's to fetch
-            if "://" not in f and not Path(os.path.expanduser(f)).is_file():
-                raise RecipeError(f"{key}: {f} does not exist; pass parquet files in verl's format")
-
-
-def prepare_guided_data(cfg: DictConfig) -> None:
-    """``isocompute.guided``: the training files become a guided mixture (before the dataset is counted); its
-    spend files must be readable, validation files unguided, and every guided row of the training files must
-    survive verl's prompt-length filter (all checked again by the trainer, for main_ppo)."""
-    from verl_isocompute.guided.recipe import check_validation_files, guidance_spend, prepare_guided
-    from verl_isocompute.guided.training_set import check_guided_lengths, training_problems
-
-    try:
-        check_validation_files(cfg)
-        guidance_spend(cfg)
-        prepare_guided(cfg)
-        check_guided_lengths(cfg)  # every guided row reaches training as made (docs/GUIDED.md)
-        guidance_spend(cfg, training_problems(cfg))
-    except ValueError as exc:
-        raise RecipeError(str(exc)) from None
-
-
-def prepare_run_dir(cfg: DictConfig) -> Path:
-    run_dir = Path(os.path.expanduser(str(cfg.isocompute.run_dir))).absolute()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open_dict(cfg):
-        cfg.isocompute.run_dir = str(run_dir)
-    # verl's file logger reads its path from the environment of the TaskRunner (a child of this process); a
-    # VERL_FILE_LOGGER_ROOT of the user's (<root>/<project>/<experiment>.jsonl) wins, as in verl.
-    if "VERL_FILE_LOGGER_ROOT" not in os.environ:
-        os.environ["VERL_FILE_LOGGER_PATH"] = str(run_dir / VERL_METRICS)
-    return run_dir
 
 
 def check_group_size(cfg: DictConfig) -> None:
@@ -268,7 +195,7 @@ def check_trainer_settings(cfg: DictConfig) -> None:
     itself too, for runs verl's main_ppo started: a known zero-variance mode, one actor update per step, the
     warm-up schedule of :func:`check_warmup_schedule`, and one mini-batch per step when a seq-mean loss
     drops rows."""
-    mode = select(cfg, "isocompute.zero_variance.mode", default="off")
+    mode = select(cfg, "isocompute.zero_variance.mode", default=OFF)
     if mode not in ZERO_VARIANCE_MODES:
         raise RecipeError(f"isocompute.zero_variance.mode={mode!r}: use one of {', '.join(ZERO_VARIANCE_MODES)}")
     # Update k is global step k (the rate the trainer logs, and the seed of the decoupled subset, rely on it).
@@ -294,15 +221,17 @@ def check_trainer_settings(cfg: DictConfig) -> None:
 
 def check_config(cfg: DictConfig) -> list[str]:
     """Every check of a run's settings that needs nothing built or started: the entry point makes them before
-    Ray starts (:func:`prepare`), and ``isocompute sweep`` on every cell's config before the first cell, in
-    ``--dry-run`` too, so a dry run accepts exactly what the run accepts up to there.
+    Ray starts (:func:`~verl_isocompute.training.prepare.prepare`), and ``isocompute sweep`` on every cell's
+    config before the first cell, in ``--dry-run`` too, so a dry run accepts exactly what the run accepts up
+    to there.
 
     The platform (:func:`check_platform`), the estimator, group sizes, our trainer's settings, the LR rule and
     the allocation (the resolvers of ``optim.lr`` and the allocated keys), the ``isocompute`` block's own
     interpolations (a piece that needs our trainer) and the reuse of the rollout's log-probs. ``cfg`` may be
     resolved or only composed: only the keys checked are resolved, so nothing is built here (the built-in
-    model, generated data, a guided mixture and the CPU dtype are checked where :func:`prepare` makes them). Raises
-    :class:`RecipeError` naming the key and the fix; returns the notices to print (a piece with no effect).
+    model, generated data, a guided mixture and the CPU dtype are checked where
+    :func:`~verl_isocompute.training.prepare.prepare` makes them). Raises :class:`RecipeError` naming the key
+    and the fix; returns the notices to print (a piece with no effect).
     """
     from omegaconf.errors import InterpolationResolutionError
 
@@ -345,15 +274,6 @@ def resolve(cfg: DictConfig) -> None:
         raise _resolver_error(exc) from None
 
 
-def report_allocation(cfg: DictConfig) -> None:
-    """Print the allocation an enabled ``isocompute.allocation`` decided (already in the resolved config)."""
-    from verl_isocompute.training.allocation_hook import format_decision
-
-    chosen = resolvers.allocation(cfg)
-    if chosen is not None:
-        print(f"[isocompute] allocation: {format_decision(chosen)}", flush=True)
-
-
 def _show(value) -> str:
     """A config value as it is written on the command line."""
     if value is None or isinstance(value, bool):
@@ -366,50 +286,6 @@ def lr_from_rule(cfg: DictConfig) -> bool:
     decision = resolvers.lr_decision(cfg)
     optim = cfg.actor_rollout_ref.actor.optim
     return math.isclose(float(optim.lr), decision.lr, rel_tol=1e-6) and int(optim.lr_warmup_steps) == decision.warmup_steps
-
-
-def report_lr(cfg: DictConfig) -> None:
-    """Print the learning rate the run uses and where it came from."""
-    decision = resolvers.lr_decision(cfg)
-    optim = cfg.actor_rollout_ref.actor.optim
-    if not lr_from_rule(cfg):
-        print(
-            f"[isocompute] lr: {_show(float(optim.lr))}, warm-up {optim.lr_warmup_steps} steps, as set in the config or on "
-            f"the command line (the {decision.rule} rule of isocompute.lr would give {decision.lr:.3g}, warm-up "
-            f"{decision.warmup_steps})",
-            flush=True,
-        )
-        return
-    n_train = select(cfg, "isocompute.decoupled.n_train") if cfg.algorithm.adv_estimator == DECOUPLED_ESTIMATOR else None
-    per_problem = f"n_train {n_train}" if n_train is not None else f"n {cfg.actor_rollout_ref.rollout.n}"
-    print(
-        f"[isocompute] lr: {decision.lr:.3g} ({decision.rule} rule: {decision.base_lr:g} * sqrt(B / {decision.b_ref:g}) with "
-        f"B = B_problem {cfg.data.train_batch_size} x {per_problem} = {decision.batch_rollouts} rollouts trained on per step), "
-        f"warm-up {decision.warmup_steps} steps (update k at lr * min(1, k / {decision.warmup_steps}))",
-        flush=True,
-    )
-
-
-def prepare(cfg: DictConfig) -> DictConfig:
-    """Resolve our ``isocompute`` block into plain verl settings, as verl's entry point would, and check
-    them before Ray starts. Raises :class:`RecipeError` (or the model's ModelError)."""
-    prepare_platform(cfg)
-    check_model_setting(cfg)  # on the composed config: it reads how the model path is written
-    notices = check_config(cfg)  # every settings check, before anything is built (the sweep's dry run makes the same)
-    resolve(cfg)
-    prepare_model(cfg)
-    prepare_data(cfg)
-    prepare_guided_data(cfg)
-    for notice in notices:
-        print(notice, flush=True)
-    report_allocation(cfg)
-    report_lr(cfg)
-    try:
-        prepare_reuse_rollout_log_probs(cfg)
-    except ValueError as exc:
-        raise RecipeError(str(exc)) from None
-    prepare_run_dir(cfg)
-    return cfg
 
 
 RECIPES_MODULE = "verl_isocompute.recipes"

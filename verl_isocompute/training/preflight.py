@@ -14,7 +14,7 @@ overlay ``recipes/platform/cpu.yaml``; the recipes through their pieces). It
   platform, the estimator, group sizes, what our trainer needs, the LR rule and the allocation, the reuse of
   the rollout's log-probs, the zero-variance mode and whether it has any effect);
   an error is one line, ``isocompute: error: ...``, and exit status 2; a piece with no effect prints one
-  warning line. Our entry point runs the same checks in :func:`~verl_isocompute.training.config.prepare`.
+  warning line. Our entry point runs the same checks in :func:`~verl_isocompute.training.prepare.prepare`.
 
 Hydra turns an exception in a callback into a warning and carries on, so an error leaves through
 ``sys.exit``.
@@ -52,14 +52,8 @@ class Preflight(Callback):
 def check_stock_run(config: DictConfig) -> None:
     """The checks our entry point makes before Ray, on a copy of ``config`` (verl resolves its own later)."""
     from verl_isocompute.cpu.models import ModelError
-    from verl_isocompute.training.config import (
-        RecipeError,
-        check_config,
-        check_model_setting,
-        prepare_data,
-        prepare_model,
-        resolve,
-    )
+    from verl_isocompute.training.config import RecipeError, check_config, check_model_setting, resolve
+    from verl_isocompute.training.prepare import prepare_data, prepare_model
 
     cfg = _job_config(config)
     try:

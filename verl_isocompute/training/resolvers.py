@@ -241,12 +241,12 @@ def _data_file(split: str, _root_: DictConfig) -> str:
     from dataclasses import fields
 
     from verl_isocompute.cpu.models import cache_dir
-    from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
-    from verl_isocompute.data.worked import WorkedSpec, write_worked_dataset
+    from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
+    from verl_isocompute.data.worked import WorkedConfig, write_worked_dataset
 
-    spec_cls, write = (ArithmeticSpec, write_arithmetic_dataset) if source == "arithmetic" else (WorkedSpec, write_worked_dataset)
+    spec_cls, write = (ArithmeticConfig, write_arithmetic_dataset) if source == "arithmetic" else (WorkedConfig, write_worked_dataset)
     block = OmegaConf.to_container(_root_.isocompute.data, resolve=True)
-    known = {f.name for cls in (ArithmeticSpec, WorkedSpec) for f in fields(cls)}  # the other source's keys are ignored
+    known = {f.name for cls in (ArithmeticConfig, WorkedConfig) for f in fields(cls)}  # the other source's keys are ignored
     unknown = sorted(set(block) - known - {"source"})
     if unknown:
         raise ValueError(f"isocompute.data: unknown key(s) {unknown} for the generated sets; known: {', '.join(sorted(known))}")

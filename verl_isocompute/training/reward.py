@@ -212,19 +212,25 @@ def _serve(fd: int) -> None:
         conn.send(check(gold, pred))
 
 
+def worker_env() -> dict[str, str]:
+    """The math-verify worker's environment: ours with the directory that *contains* the ``verl_isocompute``
+    package first on ``PYTHONPATH``, so the worker imports this package even when verl loaded this file by path
+    (``custom_reward_function.path``). Never the package directory itself: there each of our modules would be a
+    top-level name, and one named like a standard-library module (``numbers``) would shadow it in the worker."""
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")])))
+
+
 class _Worker:
     def __init__(self) -> None:
         parent_end, child_end = socket.socketpair()
-        # The parent directory of this package, so the worker imports us even if verl loaded this file by path.
-        package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
         code = "import sys; from verl_isocompute.training.reward import _serve; _serve(int(sys.argv[1]))"
         self.proc = subprocess.Popen(
             [sys.executable, "-c", code, str(child_end.fileno())],
             pass_fds=(child_end.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            env=env,
+            env=worker_env(),
         )
         child_end.close()
         self.conn = Connection(parent_end.detach())

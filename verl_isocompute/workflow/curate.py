@@ -19,13 +19,13 @@ into train and validation problems (disjoint; the paper holds out 300, fewer for
 ``max_val_fraction`` of the set), and optionally a tuning split taken from the training problems
 (``tune_size``): settings are chosen on it and on training reward, never on the validation problems.
 
-This module holds the curation as a library: :class:`CurateSettings` (every choice, checked by
-:meth:`CurateSettings.check` before anything starts) and :func:`curate` (the whole pipeline, callable from
+This module holds the curation as a library: :class:`CurateConfig` (every choice, checked by
+:meth:`CurateConfig.check` before anything starts) and :func:`curate` (the whole pipeline, callable from
 a notebook), plus its parts that need no verl: loading problems, screening them, the per-problem sample
 cache, the difficulty table, splits, mixtures, the histogram (the paper's Figure 2) and the report.
 Sampling with verl's rollout servers is :mod:`verl_isocompute.workflow.rollouts` (imported only when
 there is something to sample); the command ``isocompute curate`` only parses its arguments into a
-:class:`CurateSettings`.
+:class:`CurateConfig`.
 
 A problem's id is a hash of its prompt and ground truth, so the cache (``samples.jsonl``, one line per
 sampled problem, appended as problems finish) survives reordering and lets an interrupted curation
@@ -36,7 +36,7 @@ cannot parse, with a prompt that is not chat messages, or duplicated are counted
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,6 +57,7 @@ from verl_isocompute.data.problem_sets import generate, load_parquet, screen
 from verl_isocompute.data.problems import ground_truth_of, messages_of
 from verl_isocompute.errors import CurateError
 from verl_isocompute.jsonl import plain
+from verl_isocompute.settings import setting
 from verl_isocompute.workflow.curate_report import write_outputs
 from verl_isocompute.workflow.sample_cache import SampleCache, next_round, progress_of, to_resample, trace_counts
 from verl_isocompute.workflow.sampling import model_overrides, sampling_config, sampling_dtype, sampling_identity
@@ -71,45 +72,64 @@ _MOVED = {
     **dict.fromkeys(("annotated_rows", "plot_difficulty", "render_report"), "verl_isocompute.workflow.curate_report"),
 }
 
-__getattr__ = _compat.moved_names(__name__, _MOVED)
+__getattr__ = _compat.moved_names(__name__, _MOVED, renamed={"CurateSettings": "CurateConfig"})  # one suffix (0.2)
 
 
 @dataclass(frozen=True)
-class CurateSettings:
-    """Every choice of a curation; ``isocompute curate --help`` describes each (same names, ``-`` for ``_``).
+class CurateConfig:
+    """Every choice of a curation, each with its help text: ``isocompute curate --help`` is built from them
+    (same names, ``-`` for ``_``).
 
     Exactly one source: ``data`` (verl parquet files) or ``generate`` (a reasoning-gym task, ``size``
     problems, ``gen_args``). ``model`` / ``rollout`` / ``max_response_length`` of None keep the recipe's.
     """
 
-    out: Path
-    data: tuple[str, ...] = ()
-    generate: str | None = None
-    size: int = 200
-    gen_args: dict[str, Any] = field(default_factory=dict)
-    recipe: str = "cpu_demo"
-    model: str | None = None
-    rollout: str | None = None
-    k: int = DEFAULT_K
-    temperature: float = DEFAULT_TEMPERATURE
-    top_p: float = 1.0
-    top_k: int = -1
-    max_response_length: int | None = None
-    thresholds: Thresholds = Thresholds()
-    mixture_size: int = DEFAULT_MIXTURE_SIZE
-    sets: tuple[str, ...] = SETS
-    val_size: int = DEFAULT_VAL_SIZE
-    max_val_fraction: float = DEFAULT_MAX_VAL_FRACTION
-    tune_size: int = 0  # tuning problems per set, taken from its training problems (sets/<set>/tune.parquet)
-    seed: int = 0
-    concurrency: int = 64
-    ray_address: str | None = None
-    check_answers: bool = True
-    restart: bool = False
-    keep_correct: bool = False  # keep the correct responses as PrefixRL traces (guided/traces.py)
-    pass_k: int | None = None  # rejection sampling: problems with no success get more rounds of k, up to pass_k in all
-    resample_untraced: bool = False  # with keep_correct: sample again cached problems whose responses were not kept
-    overrides: tuple[str, ...] = ()
+    out: Path = setting(help="output directory (also the sample cache)")
+    data: tuple[str, ...] = setting((), "verl-format parquet files (prompt, reward_model.ground_truth, ...)")
+    generate: str | None = setting(
+        None, "a reasoning-gym task to generate problems from, e.g. basic_arithmetic; or worked: arithmetic chains with "
+        "a worked solution per problem (--gen-arg terms=5 --gen-arg digits=2), for prefix-search and guided training",
+    )
+    size: int = setting(200, "problems to generate with --generate")
+    gen_args: dict[str, Any] = setting(default_factory=dict, help="generator option, repeatable (e.g. --gen-arg max_digits=3)")
+    recipe: str = setting("cpu_demo", "recipe giving model, rollout and reward")
+    model: str | None = setting(None, "tiny | smollm2 | a local checkpoint path", default_help="default: the recipe's")
+    rollout: str | None = setting(None, "rollout backend", default_help="default: the recipe's; hf on CPU recipes, vllm needs GPUs")
+    k: int = setting(DEFAULT_K, "samples per problem (the paper's avg@16)")
+    temperature: float = setting(DEFAULT_TEMPERATURE, "sampling temperature")
+    top_p: float = setting(1.0, "nucleus sampling")
+    top_k: int = setting(-1, "top-k sampling, -1 = off")
+    max_response_length: int | None = setting(None, "response tokens", default_help="default: the recipe's")
+    thresholds: Thresholds = setting(Thresholds(), "the difficulty bands (--easy, --hard, --very-easy, --extremely-hard-max-pass)")
+    mixture_size: int = setting(DEFAULT_MIXTURE_SIZE, "target size of each mixture")
+    sets: tuple[str, ...] = setting(SETS, "sets to write train/val splits for", default_help="default: all")
+    val_size: int = setting(DEFAULT_VAL_SIZE, "validation problems per set")
+    max_val_fraction: float = setting(DEFAULT_MAX_VAL_FRACTION, "at most this share of a set is held out")
+    tune_size: int = setting(
+        0, "also hold out this many of each set's training problems as sets/<set>/tune.parquet, to choose settings on "
+        "without touching the validation problems; 0 = none",
+    )
+    seed: int = setting(0, "seed of the generator, mixtures and splits")
+    concurrency: int = setting(64, "problems in flight at once")
+    ray_address: str | None = setting(
+        None, "join this running Ray cluster, as ray.init takes it (host:6379 or auto), instead of starting a private "
+        "instance; it must offer the replicas' GPUs",
+    )
+    check_answers: bool = setting(True, "skip problems whose reference answer math-verify cannot parse (off for non-math rewards)")
+    restart: bool = setting(False, "discard cached samples (and kept traces) in --out")
+    keep_correct: bool = setting(
+        False, "keep the correct responses (text + token ids) in --out/traces.jsonl.gz: PrefixRL's traces for "
+        "`isocompute guide --traces` (docs/GUIDED.md)",
+    )
+    pass_k: int | None = setting(
+        None, "with --keep-correct: sample problems with no correct response in more rounds of --k, until the first "
+        "success or K samples in all (rejection sampling; avg@k and the sets still use the first k only)",
+    )
+    resample_untraced: bool = setting(
+        False, "with --keep-correct on a cache made without it: sample again the cached problems whose correct "
+        "responses were not kept (their avg@k is measured anew)",
+    )
+    overrides: tuple[str, ...] = setting((), "verl-style overrides of the recipe")
 
     def check(self) -> None:
         """Raise :class:`CurateError` naming the flag and the fix; cheap, before any model or Ray start-up."""
@@ -167,7 +187,7 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progress: bool = True) -> dict[str, Any]:
+def curate(settings: CurateConfig, log: Callable[[str], None] = _stderr, progress: bool = True) -> dict[str, Any]:
     """Measure avg@k per problem and write the sets into ``settings.out``; returns the summary.
 
     Steps: check the settings; load or generate the problems and screen them (nothing usable fails
@@ -229,7 +249,7 @@ def curate(settings: CurateSettings, log: Callable[[str], None] = _stderr, progr
     )
 
 
-def _sample(cfg, settings: CurateSettings, pending: pd.DataFrame, states: dict[str, dict], cache: SampleCache,
+def _sample(cfg, settings: CurateConfig, pending: pd.DataFrame, states: dict[str, dict], cache: SampleCache,
             records: dict, rounds: dict, log: Callable[[str], None], progress: bool) -> list[dict]:
     """Sample the pending problems into the cache (their first k, then pass@K rounds while none is correct);
     returns the problems skipped as too long."""

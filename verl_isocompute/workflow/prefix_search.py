@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verl_isocompute import _compat
 from verl_isocompute.data.difficulty import DEFAULT_K
 from verl_isocompute.data.problem_sets import load_parquet, screen
 from verl_isocompute.errors import CurateError
@@ -60,6 +61,7 @@ from verl_isocompute.guided.prefix_search import (
 )
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION
 from verl_isocompute.guided.search import CHOSEN, EXHAUSTED, PENDING, POPE, RULES, Decision, decisions, next_rungs
+from verl_isocompute.settings import setting
 from verl_isocompute.workflow.sample_cache import SampleCache
 
 GUIDED_ENABLE = "isocompute.guided.enable"
@@ -69,26 +71,41 @@ class PrefixSearchError(CurateError):
     """Input or settings the prefix search cannot use; the message names the fix."""
 
 
-@dataclass(frozen=True)
-class PrefixSearchSettings:
-    """Every choice of a prefix search; ``isocompute prefix-search --help`` describes each."""
+# The settings classes' one suffix (0.2): the old name works for one release.
+__getattr__ = _compat.moved_names(__name__, {}, renamed={"PrefixSearchSettings": "PrefixSearchConfig"})
 
-    out: Path
-    data: tuple[str, ...] = ()
-    recipe: str = "cpu_demo"
-    model: str | None = None  # tiny | smollm2 | a checkpoint path; None keeps the recipe's (as curate --model)
-    rule: str = POPE
-    k: int = DEFAULT_K
-    band: tuple[float, float] = DEFAULT_BAND
-    max_fraction: float = DEFAULT_MAX_FRACTION
-    placement: str | None = None  # None: user (POPE) for a solution column, assistant (PrefixRL) with traces
-    solution_key: str = "extra_info.solution"
-    traces: str | None = None  # a `curate --keep-correct` directory: ladders cut from its traces, not solution_key
-    concurrency: int = 64
-    ray_address: str | None = None
-    check_answers: bool = True
-    restart: bool = False
-    overrides: tuple[str, ...] = ()
+
+@dataclass(frozen=True)
+class PrefixSearchConfig:
+    """Every choice of a prefix search, each with its help text (``isocompute prefix-search --help`` is built
+    from them)."""
+
+    out: Path = setting(help="output directory (also the rung cache)")
+    data: tuple[str, ...] = setting(
+        (), "verl-format parquet files with an oracle solution column, then any key=value overrides of the recipe "
+        "(verl-style, e.g. isocompute.model=tiny or the reward function)",
+    )
+    recipe: str = setting("cpu_demo", "recipe giving model, rollout, sampling and reward")
+    model: str | None = setting(None, "tiny | smollm2 | a local checkpoint path, as curate --model",
+                                default_help="default: the recipe's")
+    rule: str = setting(POPE, "pope: shortest prefix with >= 1 correct of k; band: guided avg@k in the band")
+    k: int = setting(DEFAULT_K, "samples per rung (curation's k)")
+    band: tuple[float, float] = setting(DEFAULT_BAND, "target guided avg@k of the band rule")
+    max_fraction: float = setting(DEFAULT_MAX_FRACTION, "longest prefix, as a share of the solution's characters (POPE's quarter)")
+    placement: str | None = setting(
+        None, "user: POPE's user-turn prefix; assistant: PrefixRL's assistant-turn prefix",
+        default_help="default user; assistant with traces",
+    )
+    solution_key: str = setting("extra_info.solution", "column (or dotted path into one) with the oracle solution")
+    traces: str | None = setting(
+        None, "cut the ladders from the base model's correct responses that `isocompute curate --keep-correct --out "
+        "CURATE_OUT` kept (PrefixRL; the shortest usable trace per problem) instead of the solution key",
+    )
+    concurrency: int = setting(64, "rungs in flight at once")
+    ray_address: str | None = setting(None, "join this running Ray cluster instead of starting a private instance")
+    check_answers: bool = setting(True, "skip problems whose reference answer math-verify cannot parse (off for non-math rewards)")
+    restart: bool = setting(False, "discard the cached rung samples in the output directory")
+    overrides: tuple[str, ...] = setting((), "verl-style key=value overrides of the recipe")
 
     @property
     def chosen_placement(self) -> str:
@@ -141,7 +158,7 @@ def _round_line(n: int, decided: Mapping[str, Decision], skipped: int) -> str:
             f"exhausted {counts[EXHAUSTED]}, skipped {skipped}")
 
 
-def _unusable(problems: list[Problem], screened, settings: PrefixSearchSettings) -> str:
+def _unusable(problems: list[Problem], screened, settings: PrefixSearchConfig) -> str:
     reasons = dict(Counter(p.reason for p in problems) + Counter(screened["reason"].tolist()))
     if settings.traces:
         return (f"no problem has a usable trace in --traces {settings.traces} ({reasons}); curate these problems "
@@ -150,7 +167,7 @@ def _unusable(problems: list[Problem], screened, settings: PrefixSearchSettings)
             "--solution-key at the oracle solution column")
 
 
-def prefix_search(settings: PrefixSearchSettings, log: Callable[[str], None] = _stderr, progress: bool = True) -> dict[str, Any]:
+def prefix_search(settings: PrefixSearchConfig, log: Callable[[str], None] = _stderr, progress: bool = True) -> dict[str, Any]:
     """Search every problem's prefix and write the outputs into ``settings.out``; returns the summary.
 
     Raises :class:`PrefixSearchError` (or the recipe's / model's own error) on bad input, and
@@ -249,7 +266,7 @@ def guided_prompts(problems: list[Problem], sampler, placement: str) -> dict[tup
     return prompts
 
 
-def _rounds(settings: PrefixSearchSettings, sampler, problems: list[Problem], prompts: Mapping[tuple[str, int], list[int]],
+def _rounds(settings: PrefixSearchConfig, sampler, problems: list[Problem], prompts: Mapping[tuple[str, int], list[int]],
             cache: SampleCache, records: list, log: Callable[[str], None], progress: bool) -> int:
     """Sample rounds until no problem is pending; Ray and the replicas start only if something is pending."""
     from tqdm import tqdm

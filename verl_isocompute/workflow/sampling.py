@@ -25,12 +25,8 @@ def sampling_config(recipe: str, overrides: list[str]):
     prefix search): platform, model, the rollout and reward parts resolved, our plugin registered."""
     from omegaconf import OmegaConf
 
-    from verl_isocompute.training.config import (
-        compose_recipe,
-        prepare_model,
-        prepare_platform,
-        resolve,
-    )
+    from verl_isocompute.training.config import compose_recipe, resolve
+    from verl_isocompute.training.prepare import prepare_model, prepare_platform
 
     cfg = compose_recipe(recipe, overrides)
     prepare_platform(cfg)

@@ -9,7 +9,7 @@ Every cell is ``python -m verl_isocompute.main --config-name RECIPE <overrides>`
   else started on this machine is never joined by accident.
 - :class:`RayJobExecutor`: cells submitted to an existing cluster through Ray's job API
   (:class:`ray.job_submission.JobSubmissionClient`), several at a time. Constructing it only checks its
-  :class:`RayOptions`; :meth:`RayJobExecutor.connect` reaches the cluster (a test can build one without
+  :class:`RayConfig`; :meth:`RayJobExecutor.connect` reaches the cluster (a test can build one without
   Ray). The sweep directory must be on a filesystem the cluster's nodes share with this machine: the
   cells write their logs there.
 
@@ -31,9 +31,11 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
+from verl_isocompute import _compat
 from verl_isocompute.runlog import CONSOLE_LOG, VERL_METRICS
 from verl_isocompute.workflow import launch
-from verl_isocompute.workflow.sweep.plan import DEFAULT_MAX_CONCURRENT, RAY_MODES, Cell, Plan
+from verl_isocompute.workflow.sweep.grid import Cell, Plan
+from verl_isocompute.workflow.sweep.plan import DEFAULT_MAX_CONCURRENT, RAY_MODES
 from verl_isocompute.workflow.sweep.state import SweepError
 
 CONNECT_TIMEOUT_S = 10.0
@@ -152,8 +154,12 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
         ) from None
 
 
+# The settings classes' one suffix (0.2): the old name works for one release.
+__getattr__ = _compat.moved_names(__name__, {}, renamed={"RayOptions": "RayConfig"})
+
+
 @dataclass(frozen=True)
-class RayOptions:
+class RayConfig:
     """How cells use a Ray cluster (a plan's ``ray:`` block, resolved against the recipe).
 
     ``mode``: ``private`` (the job reserves ``num_gpus`` / ``num_cpus`` on the cluster and its verl driver
@@ -201,7 +207,7 @@ class RayJobExecutor:
 
     name = "ray"
 
-    def __init__(self, options: RayOptions) -> None:
+    def __init__(self, options: RayConfig) -> None:
         self.options = options
         self.address = options.address
         self.max_concurrent = options.concurrent

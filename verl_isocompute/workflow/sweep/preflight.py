@@ -22,15 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verl_isocompute.workflow.sweep.executors import RayOptions
-from verl_isocompute.workflow.sweep.plan import (
-    CELL_KEYS,
-    Cell,
-    Plan,
-    cell_overrides,
-    check_data_files,
-    micro_batch_issue,
-)
+from verl_isocompute.workflow.sweep.executors import RayConfig
+from verl_isocompute.workflow.sweep.grid import CELL_KEYS, Cell, Plan, cell_overrides, micro_batch_issue
+from verl_isocompute.workflow.sweep.plan import check_data_files
 from verl_isocompute.workflow.sweep.state import CELLS_DIR, SweepError
 
 
@@ -133,7 +127,7 @@ def preflight(plan: Plan) -> Preflight:
 
 
 def ray_options(plan: Plan, cfg, address: str, max_concurrent: int | None = None,
-                echo: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr)) -> RayOptions:
+                echo: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr)) -> RayConfig:
     """The plan's ``ray:`` block resolved against the recipe: mode, GPUs per cell, cells at once.
 
     ``mode: auto`` is ``private`` for single-node recipes and ``join`` for multi-node ones;
@@ -153,9 +147,9 @@ def ray_options(plan: Plan, cfg, address: str, max_concurrent: int | None = None
     if mode == "join" and cfg.get("isocompute", {}).get("platform") == "cpu":
         # main sets this in the job's driver; the cluster's workers only see the job's runtime_env
         env_vars.setdefault("VERL_PLATFORM", "cpu")
-    options = RayOptions(
+    options = RayConfig(
         address=address, max_concurrent=max_concurrent or plan.ray["max_concurrent"],
-        python=plan.ray.get("python") or RayOptions.python, env_vars=env_vars, mode=mode, num_gpus=num_gpus,
+        python=plan.ray.get("python") or RayConfig.python, env_vars=env_vars, mode=mode, num_gpus=num_gpus,
         num_cpus=1 if num_cpus is None else num_cpus,
     )
     if mode == "join" and options.max_concurrent > 1:

@@ -26,7 +26,7 @@ from verl_isocompute.runlog import CONSOLE_LOG, logged_steps
 from verl_isocompute.workflow import launch
 from verl_isocompute.workflow.launch import Interrupted
 from verl_isocompute.workflow.sweep.executors import CellHandle, Executor, Outcome
-from verl_isocompute.workflow.sweep.plan import Cell, Plan, cell_overrides
+from verl_isocompute.workflow.sweep.grid import Cell, Plan, cell_overrides
 from verl_isocompute.workflow.sweep.preflight import dataset_size
 from verl_isocompute.workflow.sweep.state import (
     ATTEMPTS_DIR,
@@ -49,7 +49,7 @@ from verl_isocompute.workflow.sweep.state import (
 _MOVED = {
     **dict.fromkeys(("RUN_LOG", "VERL_METRICS"), "verl_isocompute.runlog"),
     **dict.fromkeys(("ray_session_processes",), "verl_isocompute.workflow.launch"),
-    **dict.fromkeys(("CONNECT_TIMEOUT_S", "LocalExecutor", "RayJobExecutor", "RayOptions", "check_reachable", "dashboard_address"),
+    **dict.fromkeys(("CONNECT_TIMEOUT_S", "LocalExecutor", "RayJobExecutor", "RayConfig", "check_reachable", "dashboard_address"),
                     "verl_isocompute.workflow.sweep.executors"),
     **dict.fromkeys(("STATE_VERSION", "clear_sweep"), "verl_isocompute.workflow.sweep.state"),
 }

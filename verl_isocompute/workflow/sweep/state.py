@@ -18,7 +18,7 @@ from typing import Any
 
 from verl_isocompute import atomic
 from verl_isocompute.errors import IsoComputeError
-from verl_isocompute.workflow.sweep.plan import Cell, Plan, cell_overrides
+from verl_isocompute.workflow.sweep.grid import Cell, Plan, cell_overrides
 
 STATE_FILE = "sweep_state.json"
 STATE_VERSION = 1
