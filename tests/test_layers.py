@@ -47,6 +47,7 @@ LAYERS: dict[str, int] = {
     f"{PACKAGE}.training.masks": PURE,
     f"{PACKAGE}.training.metrics": PURE,
     f"{PACKAGE}.training.names": PURE,
+    f"{PACKAGE}.training.per_prompt_n": PURE,
     f"{PACKAGE}.training.progress": PURE,
     f"{PACKAGE}.training.reward": PURE,
     f"{PACKAGE}.training.weight_version": PURE,
