@@ -16,6 +16,7 @@ from verl_isocompute.training.per_prompt_n import (
     PassRateTracker,
     PerPromptNError,
     allocate_rollouts,
+    expected_nonzero_groups,
     expected_zero_variance_share,
     nonzero_advantage_prob,
     prior_from_curation,
@@ -28,8 +29,7 @@ def point(p: float) -> PassRate:
     return PassRate(p * M, (1 - p) * M)
 
 
-def objective(posteriors, ns) -> float:
-    return sum(post.value(n) for post, n in zip(posteriors, ns))
+objective = expected_nonzero_groups
 
 
 def test_the_value_of_n_rollouts_is_the_chance_of_a_non_zero_advantage():
@@ -132,6 +132,8 @@ def test_the_prior_reads_curation_and_the_tracker_adds_the_runs_own_groups():
     (lambda: PassRate(0, 1), "a, b > 0"),
     (lambda: PassRateTracker().load_state_dict({"counts": {"p": [1]}}), "counts {prompt id: [successes, failures]}"),
     (lambda: expected_zero_variance_share([PassRate()], [4, 4]), "one n >= 1 per prompt"),
+    (lambda: expected_nonzero_groups([PassRate()] * 2, [4]), "one n per prompt"),
+    (lambda: PassRateTracker().load_state_dict({"counts": {}, "curation_weight": -1}), "curation_weight -1"),
 ])
 def test_bad_settings_are_refused_in_one_line(call, words):
     with pytest.raises(PerPromptNError) as info:

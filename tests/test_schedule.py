@@ -72,6 +72,13 @@ def test_a_run_steps_up_the_grid_at_the_hand_computed_compute():
     assert schedule.steps_left(spent) == 0 and plans[-1].steps_left == 1
 
 
+def test_yaml_floats_for_counts_are_read_as_integers():
+    schedule = NSchedule(CURVE, b_problem=4.0, budget_rollouts=2e5)
+    assert (schedule.b_problem, schedule.budget_rollouts) == (4, 200_000)
+    with pytest.raises(ScheduleError, match="budget_rollouts must be a positive integer, got 1000.5"):
+        NSchedule(CURVE, b_problem=4, budget_rollouts=1000.5)
+
+
 def test_the_warm_up_counts_updates_as_a_fixed_n_run():
     schedule = NSchedule(CURVE, b_problem=4, budget_rollouts=200_000, warmup_steps=10)
     plans, _ = run(schedule, steps=12)

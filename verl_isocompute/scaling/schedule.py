@@ -167,8 +167,9 @@ class NSchedule:
             raise ScheduleError("the curve records no c_range or no n_grid (the compute and the n it was fitted on), so "
                                 "the schedule cannot keep n inside them; rewrite it with `isocompute fit` or use a paper: preset")
         for name, value in (("b_problem", b_problem), ("budget_rollouts", budget_rollouts)):
-            if not _is_int(value) or value < 1:
+            if not (_is_int(value) or isinstance(value, float) and value.is_integer()) or value < 1:
                 raise ScheduleError(f"{name} must be a positive integer, got {value!r}")
+        b_problem, budget_rollouts = int(b_problem), int(budget_rollouts)  # YAML writes 1e6 as a float
         if not (_is_number(margin) and 0 <= margin < 0.5):
             raise ScheduleError(f"margin must be in [0, 0.5) doublings past a midpoint, got {margin!r}")
         self.curve, self.b_problem, self.budget_rollouts, self.margin = curve, b_problem, budget_rollouts, float(margin)

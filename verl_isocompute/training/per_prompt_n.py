@@ -150,7 +150,11 @@ class PassRateTracker:
         ):
             raise PerPromptNError("the saved pass-rate state needs counts {prompt id: [successes, failures]}; resume from "
                                   "the checkpoint it was saved with, or start a new run")
-        self.curation_weight = d.get("curation_weight", self.curation_weight)
+        weight = d.get("curation_weight", self.curation_weight)
+        if not (_finite(weight) and weight >= 0):
+            raise PerPromptNError(f"the saved pass-rate state has curation_weight {weight!r}; resume from the checkpoint "
+                                  "it was saved with, or start a new run")
+        self.curation_weight = weight
         self.counts = {str(k): [float(x) for x in v] for k, v in counts.items()}
 
 
@@ -190,11 +194,20 @@ def _gain(post: PassRate, n: int) -> float:
     return _moment(post.a, post.b, n) * post.b / (total + n) + _moment(post.b, post.a, n) * post.a / (total + n)
 
 
+def expected_nonzero_groups(posteriors: Sequence[PassRate], ns: Sequence[int]) -> float:
+    """sum_i E[v(p_i, n_i)]: the expected number of groups with a non-zero advantage, what the split maximises."""
+    if len(posteriors) != len(ns):
+        raise PerPromptNError(f"need one n per prompt, got {len(ns)} n for {len(posteriors)} prompts")
+    return sum(post.value(n) for post, n in zip(posteriors, ns))
+
+
 def expected_zero_variance_share(posteriors: Sequence[PassRate], ns: Sequence[int]) -> float:
     """Expected share of the rollouts that fall in zero-variance groups: sum_i n_i P(group i agrees) / sum_i n_i.
 
-    Called with the chosen n_i and with a fixed n for every prompt (same total), it gives the share the
-    allocation removed, in expectation under the same posteriors.
+    Called with the chosen n_i and with a fixed n for every prompt (same total), it compares the two in
+    expectation under the same posteriors. It is not what the split maximises: moving rollouts to a hard prompt
+    raises its chance of one correct answer (more groups with a gradient, :func:`expected_nonzero_groups`) while
+    most of its larger group may still be all wrong, so this share can rise (tests/test_per_prompt_n.py has a case).
     """
     if len(posteriors) != len(ns) or not ns or any(n < 1 for n in ns):
         raise PerPromptNError(f"need one n >= 1 per prompt, got {len(ns)} n for {len(posteriors)} prompts")
