@@ -93,6 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def curate(args) -> Path:
     """Generate the problems and run ``isocompute curate`` on them (its sample cache makes a rerun resume)."""
+    from verl_isocompute import atomic
     from verl_isocompute.data.arithmetic import ArithmeticSpec, write_problems
 
     import pandas as pd
@@ -114,7 +115,7 @@ def curate(args) -> Path:
         rows = pd.concat(frames, ignore_index=True).sort_values("order", kind="stable").drop(columns="order")
         rows = rows[~rows["extra_info"].map(lambda e: e["question"]).duplicated()].reset_index(drop=True)
         problems.parent.mkdir(parents=True, exist_ok=True)
-        rows.to_parquet(problems, index=False)
+        atomic.write_parquet(problems, rows)
         print(f"{len(rows)} distinct problems from {len(frames)} pools: {problems}", flush=True)
     cmd = [sys.executable, "-m", "verl_isocompute.commands.cli", "curate", "--data", str(problems), "--out", str(out),
            "--model", "smollm2", "--k", str(args.k), "--sets", "easy", "--val-size", str(args.val_size),

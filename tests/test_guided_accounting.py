@@ -80,6 +80,26 @@ def test_mixed_placements_are_split_and_a_single_placement_is_not():
     assert not [k for k in one if "guided_user" in k or "guided_assistant" in k]
 
 
+def test_the_run_log_keeps_every_guided_metric_under_the_keys_it_always_had():
+    """The trainer copies guided_metrics' keys into isocompute.jsonl from GUIDED_METRICS (not a second
+    spelling); the row's keys and their order are those of 0.1's run logs."""
+    from verl_isocompute.guided.metrics import GUIDED_METRICS
+    from verl_isocompute.training.trainer import RUN_LOG_METRICS
+
+    infos = [{"guided": True, "placement": USER}, {"guided": True, "placement": ASSISTANT}, {"guided": False}]
+    assert set(guided_metrics(infos, np.array([1.0, 0.0, 1.0]), np.ones(3, dtype=bool))) == set(GUIDED_METRICS)
+    assert RUN_LOG_METRICS == (
+        "isocompute/train_acc", "isocompute/zero_var_group_frac", "isocompute/reg_active_frac", "isocompute/trained_frac",
+        "isocompute/trained_per_group_min", "isocompute/trained_per_group_max", "isocompute/padding_rows",
+        "isocompute/singleton_rows", "isocompute/evicted_groups", "isocompute/evicted_rollouts",
+        "isocompute/reg_entropy_mean", "isocompute/reg_kl_mean", "isocompute/reg_token_share", "isocompute/reg_seq_share",
+        "training/rollout_probs_diff_max", "response_length/mean",
+        "isocompute/guided_rows", "isocompute/unguided_rows", "isocompute/guided/train_acc", "isocompute/unguided/train_acc",
+        "isocompute/guided_user_rows", "isocompute/guided_assistant_rows", "isocompute/guided_user/train_acc",
+        "isocompute/guided_assistant/train_acc", "isocompute/guided_prefix_checked",
+    )
+
+
 # -- the guidance spend ----------------------------------------------------------------------------------
 def spend_config(tmp_path, locations):
     return OmegaConf.create({"isocompute": {"run_dir": str(tmp_path / "run"), "guided": {"enable": False, "spend": locations}}})

@@ -159,3 +159,18 @@ def test_the_appender_writes_numpy_values_as_numbers_and_opens_only_to_write(tmp
     with jsonl.JsonlAppender(path) as out:
         out.append({"x": np.float32(0.5), "n": np.int64(3)}, {"v": np.arange(2)})
     assert path.read_text() == '{"x": 0.5, "n": 3}\n{"v": [0, 1]}\n'
+
+
+def test_plain_is_the_one_conversion_to_json_values():
+    """Parquet rows (numpy arrays of dicts of arrays), numpy scalars and tuples become JSON data; NaN stays
+    unless ``nan_to_none`` (what compare.json and curve files need, as strict JSON)."""
+    np = pytest.importorskip("numpy")
+    row = {"prompt": np.array([{"role": "user", "content": np.str_("hi")}], dtype=object),
+           1: (np.int64(2), np.float32(0.5), np.bool_(True)), "x": np.float64("nan"), "y": float("inf")}
+    out = jsonl.plain(row)
+    assert out["prompt"] == [{"role": "user", "content": "hi"}] and out["1"] == [2, 0.5, True]
+    assert [type(v) for v in out["1"]] == [int, float, bool] and out["x"] != out["x"] and out["y"] == float("inf")
+    strict = jsonl.plain(row, nan_to_none=True)
+    assert strict["x"] is None and strict["y"] is None and strict["1"] == [2, 0.5, True]
+    json.dumps(strict, allow_nan=False)  # strict JSON now
+    assert jsonl.plain("text") == "text" and jsonl.plain(None) is None

@@ -6,12 +6,11 @@ import numpy as np
 import pytest
 
 from verl_isocompute import runlog
-from verl_isocompute.jsonl import JsonlError
+from verl_isocompute.jsonl import JsonlError, read_jsonl
 from verl_isocompute.runlog import (
     RUN_LOG,
     RunLogError,
     RunLogWriter,
-    read_jsonl,
     read_run_log,
     write_run_log,
 )

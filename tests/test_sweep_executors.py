@@ -112,5 +112,21 @@ def test_interrupted_is_not_an_exception():
     assert launch.Interrupted(15).exit_code == 143 and launch.Interrupted(2).exit_code == 130
 
 
+def test_a_signal_in_a_process_that_starts_ray_shuts_ray_down_before_the_exception_leaves(monkeypatch):
+    """The one stop pattern of verl's driver, curation and the prefix search (no Ray started here: the
+    shutdown is recorded, and our handlers are back once the block is left)."""
+    import signal
+
+    pytest.importorskip("ray")
+    calls = []
+    monkeypatch.setattr(launch, "shutdown_ray", lambda: calls.append(signal.getsignal(signal.SIGTERM)))
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(launch.Interrupted) as caught:
+        with launch.shutting_down_ray_on_signal():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the signal raises here, at once
+    assert caught.value.exit_code == 143 and calls == [before]  # shut down once, after the handlers were restored
+
+
 def test_main_command_is_the_recipe_entry_point():
     assert launch.main_command("cpu_demo", ["a=1"], "py") == ["py", "-m", "verl_isocompute.main", "--config-name", "cpu_demo", "a=1"]

@@ -99,6 +99,23 @@ def test_bad_plans_name_the_field(raw, message):
         parse_plan(raw)
 
 
+def test_settings_defaults_are_written_once():
+    """A plan's ray: block takes RayOptions' fields and defaults; a plan's fit: block and isocompute fit's
+    flags take FitOptions' defaults, which are the fitting functions' own keyword defaults."""
+    import dataclasses
+    import inspect
+
+    from verl_isocompute.scaling import fit, frontier
+    from verl_isocompute.scaling.pipeline import FitOptions
+    from verl_isocompute.workflow.sweep import plan as plan_module
+
+    assert plan_module._RAY_KEYS == {f.name for f in dataclasses.fields(RayOptions)}
+    assert parse_plan({"recipe": "cpu_demo", "budget_rollouts": 4096}).ray["max_concurrent"] == RayOptions.max_concurrent
+    fitting = {**inspect.signature(fit.fit_frontier).parameters, **inspect.signature(frontier.build_frontier).parameters}
+    for name in ("bucket", "window", "k_max", "bootstrap"):
+        assert getattr(FitOptions(), name) == fitting[name].default, name
+
+
 def test_relative_paths_resolve_against_the_plan_file(tmp_path):
     (tmp_path / "plans").mkdir()
     path = tmp_path / "plans" / "pilot.yaml"

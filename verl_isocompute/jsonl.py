@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import sys
 import zlib
@@ -152,7 +153,26 @@ def _report(jsonl: JsonlFile) -> None:
         print(f"note: {jsonl.note}", file=sys.stderr, flush=True)
 
 
-def _plain(obj: Any) -> Any:
+def plain(value: Any, nan_to_none: bool = False) -> Any:
+    """``value`` as JSON-able data, the package's one conversion: dicts (keys as strings), lists and tuples
+    walked recursively; numpy / torch / pandas scalars and arrays (anything with ``.tolist()``) as Python
+    numbers and lists (parquet rows come back as numpy arrays and dicts). ``nan_to_none``: a non-finite
+    float becomes None (null), for files read by strict JSON readers; otherwise it is kept (``json.dumps``
+    writes NaN). Needs no numpy: anything else is returned as it is."""
+    if isinstance(value, dict):
+        return {str(k): plain(v, nan_to_none) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v, nan_to_none) for v in value]
+    if hasattr(value, "tolist"):
+        return plain(value.tolist(), nan_to_none)  # arrays of objects (dicts of arrays) are walked on
+    if nan_to_none and isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _default(obj: Any) -> Any:
+    """``json.dumps``' hook for what it cannot write itself (the same rule as :func:`plain`, only where
+    needed: a run log's lines are written while training runs)."""
     if hasattr(obj, "tolist"):  # numpy / torch scalars and arrays
         return obj.tolist()
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
@@ -160,7 +180,7 @@ def _plain(obj: Any) -> Any:
 
 def dumps(obj: Any) -> str:
     """One JSON line (no newline); numpy or torch values are written as plain numbers and lists."""
-    return json.dumps(obj, default=_plain)
+    return json.dumps(obj, default=_default)
 
 
 def write_jsonl(path: str | os.PathLike, records: Iterable[Any]) -> Path:

@@ -46,10 +46,9 @@ def main(cfg: DictConfig) -> None:
     from verl_isocompute.workflow import launch
 
     try:
-        with launch.stopping_ray():
+        with launch.shutting_down_ray_on_signal():
             run(cfg)
     except launch.Interrupted as exc:
-        launch.shutdown_ray()
         print(f"isocompute: stopped by {exc}; verl and its Ray processes are stopped; kept the run directory "
               f"{cfg.isocompute.run_dir} (its run log has the steps finished so far)", file=sys.stderr, flush=True)
         sys.exit(exc.exit_code)

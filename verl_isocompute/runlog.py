@@ -41,8 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# the run log is a JSON-lines file: its readers may take the reader, its record type and dumps from here
-from verl_isocompute.jsonl import JsonlAppender, JsonlError, JsonlFile, dumps, read_jsonl, write_jsonl  # noqa: F401
+from verl_isocompute.jsonl import JsonlAppender, JsonlError, read_jsonl, write_jsonl
 
 RUN_LOG = "isocompute.jsonl"
 # What else a run directory of ours holds (written by verl, named by us).
@@ -57,6 +56,18 @@ WITH_GUIDANCE = {"rollouts": "rollouts_with_guidance", "tokens": "tokens_with_gu
 WITH_CURATION = {"rollouts": "rollouts_with_curation", "tokens": "tokens_with_curation"}
 # Guided runs: the mixture the run trains on, as verl's dataset holds it (guided rows, unguided rows, ...).
 GUIDED_MIXTURE = "guided_mixture"
+
+# Metric keys, spelled here only. Ours, added to verl's per-step metrics by the trainer, all start with
+# METRIC_PREFIX (``isocompute/train_acc``, ``isocompute/rollouts``); validation is logged under VAL_PREFIX
+# (``val/avg@k``, training.metrics.validation_metrics); DEFAULT_METRIC is what a fit reads by default.
+METRIC_PREFIX = "isocompute/"
+VAL_PREFIX = "val"
+DEFAULT_METRIC = f"{VAL_PREFIX}/avg@4"
+
+
+def metric_key(name: str) -> str:
+    """Our metric ``name`` as verl logs it: ``isocompute/<name>``."""
+    return METRIC_PREFIX + name
 
 
 class RunLogError(JsonlError):

@@ -22,13 +22,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from verl_isocompute.runlog import (
-    CONSOLE_LOG,
-    RUN_LOG,
-    VERL_METRICS,
-    JsonlError,
-    read_jsonl,
-)
+from verl_isocompute.jsonl import JsonlError, read_jsonl
+from verl_isocompute.runlog import CONSOLE_LOG, RUN_LOG, VERL_METRICS
 from verl_isocompute.training import metrics, progress
 from verl_isocompute.workflow import launch
 

@@ -74,23 +74,11 @@ class ArithmeticSpec:
 def _problems(spec: ArithmeticSpec, size: int | None = None) -> list[dict]:
     import reasoning_gym
 
-    if spec.task == "products":
-        dataset = reasoning_gym.create_dataset(
-            "products", size=size or spec.train_size + spec.val_size, seed=spec.seed, min_terms=spec.min_terms,
-            max_terms=spec.max_terms, min_digits=spec.min_digits, max_digits=spec.max_digits,
-        )
-        return [{"question": item["question"], "answer": str(item["answer"])} for item in dataset]
-    dataset = reasoning_gym.create_dataset(
-        "basic_arithmetic",
-        size=size or spec.train_size + spec.val_size,
-        seed=spec.seed,
-        min_terms=spec.min_terms,
-        max_terms=spec.max_terms,
-        min_digits=spec.min_digits,
-        max_digits=spec.max_digits,
-        operators=tuple(spec.operators),
-        allow_parentheses=spec.allow_parentheses,
-    )
+    settings = dict(size=size or spec.train_size + spec.val_size, seed=spec.seed, min_terms=spec.min_terms,
+                    max_terms=spec.max_terms, min_digits=spec.min_digits, max_digits=spec.max_digits)
+    if spec.task == "basic_arithmetic":  # the products generator has no operators or brackets
+        settings.update(operators=tuple(spec.operators), allow_parentheses=spec.allow_parentheses)
+    dataset = reasoning_gym.create_dataset(spec.task, **settings)
     return [{"question": item["question"], "answer": str(item["answer"])} for item in dataset]
 
 

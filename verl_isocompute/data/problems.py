@@ -2,7 +2,7 @@
 
 Curation (:mod:`verl_isocompute.workflow.curate`), its PrefixRL traces, the guided mixture and the prefix
 search all match rows to problems by the same id, a hash of the prompt messages and the ground truth, so a
-problem keeps its id across files, reordering and tools. Pure: numpy and the standard library only.
+problem keeps its id across files, reordering and tools. Pure: the standard library only.
 """
 
 from __future__ import annotations
@@ -13,20 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-
-def plain(value: Any) -> Any:
-    """Parquet rows come back as numpy arrays and dicts; make them JSON-able for hashing and the caches."""
-    if isinstance(value, np.ndarray):
-        return [plain(v) for v in value.tolist()]
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+from verl_isocompute.jsonl import plain
 
 
 def messages_of(prompt: Any) -> list[dict[str, str]] | None:

@@ -15,6 +15,22 @@ from __future__ import annotations
 import numpy as np
 
 from verl_isocompute.guided.placement import PLACEMENTS
+from verl_isocompute.runlog import metric_key
+
+
+def _rows_key(kind: str) -> str:
+    return metric_key(f"{kind}_rows")
+
+
+def _acc_key(kind: str) -> str:
+    return metric_key(f"{kind}/train_acc")
+
+
+_KINDS = ("guided", "unguided")
+_PLACED_KINDS = tuple(f"guided_{p}" for p in PLACEMENTS)
+# Every key guided_metrics can return (the trainer copies them into the run log).
+GUIDED_METRICS = (*map(_rows_key, _KINDS), *map(_acc_key, _KINDS), *map(_rows_key, _PLACED_KINDS),
+                  *map(_acc_key, _PLACED_KINDS))
 
 
 def guided_metrics(extra_infos: list, acc: np.ndarray, real: np.ndarray) -> dict[str, float]:
@@ -27,15 +43,15 @@ def guided_metrics(extra_infos: list, acc: np.ndarray, real: np.ndarray) -> dict
         return {}
     guided = np.array([bool(info.get("guided", False)) for info in infos], dtype=bool)
     placement = np.array([str(info.get("placement") or "") for info in infos], dtype=object)
-    kinds = [("guided", guided & real), ("unguided", ~guided & real)]
-    placed = [(p, guided & real & (placement == p)) for p in PLACEMENTS]
-    if sum(rows.any() for _, rows in placed) > 1:
-        kinds += [(f"guided_{p}", rows) for p, rows in placed]
+    kinds = list(zip(_KINDS, (guided & real, ~guided & real)))
+    placed = [guided & real & (placement == p) for p in PLACEMENTS]
+    if sum(rows.any() for rows in placed) > 1:
+        kinds += list(zip(_PLACED_KINDS, placed))
     out: dict[str, float] = {}
     for kind, rows in kinds:
-        out[f"isocompute/{kind}_rows"] = int(rows.sum())
+        out[_rows_key(kind)] = int(rows.sum())
         if rows.any():
-            out[f"isocompute/{kind}/train_acc"] = float(np.asarray(acc, dtype=float)[rows].mean())
+            out[_acc_key(kind)] = float(np.asarray(acc, dtype=float)[rows].mean())
     return out
 
 

@@ -34,11 +34,12 @@ import numpy as np
 import pandas as pd
 
 from verl_isocompute import atomic
-from verl_isocompute.data.problems import ground_truth_of, messages_of, plain
+from verl_isocompute.data.problems import ground_truth_of, messages_of
 from verl_isocompute.guided import spend
 from verl_isocompute.guided.placement import NO_TRACE, NO_USER_TURN, USER
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION, Prefix, lookup, prefix_ladder, skip_reason
 from verl_isocompute.guided.search import CHOSEN, EXHAUSTED, POPE, Decision, decisions
+from verl_isocompute.jsonl import plain
 
 RECORDS_FILE = "rungs.jsonl"
 SETTINGS_FILE = "prefix_search.json"

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from verl_isocompute.errors import IsoComputeError
+from verl_isocompute.numeric import as_count, integral, is_positive
 from verl_isocompute.scaling.curve import Curve, load_curve
 from verl_isocompute.training.lr import (
     B_REF,
@@ -160,16 +161,15 @@ class Allocation:
 
 def _number(name: str, value: Any) -> float:
     """A positive finite number, or an AllocationError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if not is_positive(value):
         raise AllocationError(f"{name} must be a positive finite number, got {value!r}")
     return float(value)
 
 
 def _count(name: str, value: Any) -> int:
     """A positive integer (an integral float such as 6.5e4 from YAML counts), or an AllocationError."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    value = integral(value)
+    if as_count(value) is None:
         raise AllocationError(f"{name} must be a positive integer, got {value!r}")
     return value
 

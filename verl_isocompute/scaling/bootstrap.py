@@ -12,8 +12,6 @@ from verl_isocompute.scaling.groups import RunGroup
 from verl_isocompute.scaling.saturating import MIN_POINTS, bin_ids, bin_points, refit_batch
 from verl_isocompute.scaling.sigmoid_fit import sigmoid_batch
 
-DEFAULT_BOOTSTRAP = 200
-
 
 def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settings):
     """Resample runs with replacement and redo steps 3 to 5; returns (successful params, counts).

@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from verl_isocompute import _compat
+from verl_isocompute.jsonl import plain
 from verl_isocompute.scaling.curve import Curve
 from verl_isocompute.scaling.envelope import envelope
 from verl_isocompute.scaling.fit import FrontierFit, nice_budgets
@@ -214,17 +215,7 @@ def format_table(table: pd.DataFrame, metric: str, compute_unit: str, chosen_n: 
 
 def records(table: pd.DataFrame) -> list[dict[str, Any]]:
     """The table as JSON-ready records (NaN -> None)."""
-    return [
-        {
-            k: (
-                None
-                if isinstance(v, float) and not math.isfinite(v)
-                else (v.item() if isinstance(v, np.generic) else v)
-            )
-            for k, v in row.items()
-        }
-        for row in table.astype(object).to_dict("records")
-    ]
+    return [plain(row, nan_to_none=True) for row in table.astype(object).to_dict("records")]
 
 
 def to_json(table: pd.DataFrame, metric: str, compute_unit: str) -> dict[str, Any]:

@@ -42,7 +42,6 @@ instead of saying "not found", so a later ``isocompute allocate`` never uses an 
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -50,6 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from verl_isocompute.errors import IsoComputeError
+from verl_isocompute.numeric import as_count, is_real
+from verl_isocompute.runlog import DEFAULT_METRIC
 
 import numpy as np
 
@@ -81,14 +82,9 @@ class CurveError(IsoComputeError, ValueError):
     """A curve file or preset that cannot be used; the message names the problem and the fix."""
 
 
-def _is_real(value: Any) -> bool:
-    """A finite JSON number: ``true`` and ``"6.0"`` are not numbers here, whatever Python's float() says."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _is_count(value: Any) -> bool:
     """A positive integer (an integral float such as 8.0 counts)."""
-    return _is_real(value) and float(value).is_integer() and value >= 1
+    return as_count(value) is not None
 
 
 def metric_range(metric: str) -> tuple[float, float] | None:
@@ -119,7 +115,7 @@ def reward_curve_entries(field: Any, metric: str, source: str) -> list[dict[str,
         where = f"{where} (n={int(n)})"
         values = [entry[key] for key in ("R0", "A", "C_mid", "beta")]
         c_range = entry["c_range"]
-        if not all(map(_is_real, values)) or not (isinstance(c_range, list) and len(c_range) == 2 and all(map(_is_real, c_range))):
+        if not all(map(is_real, values)) or not (isinstance(c_range, list) and len(c_range) == 2 and all(map(is_real, c_range))):
             raise CurveError(f"{where}: R0, A, C_mid, beta and both ends of c_range must be finite numbers; {fix}")
         R0, A, C_mid, beta = map(float, values)
         lo, hi = map(float, c_range)
@@ -173,7 +169,7 @@ class Curve:
     log10_C0: float
     b: float
     compute_unit: str = "rollouts"
-    metric: str = "val/avg@4"
+    metric: str = DEFAULT_METRIC
     c_range: tuple[float, float] | None = None
     n_grid: tuple[int, ...] = ()
     provenance: dict[str, Any] = field(default_factory=dict)
@@ -181,7 +177,7 @@ class Curve:
 
     def __post_init__(self) -> None:
         for name in ("L", "k", "log10_C0", "b"):
-            if not _is_real(getattr(self, name)):
+            if not is_real(getattr(self, name)):
                 raise CurveError(f"{name} must be a finite number, got {getattr(self, name)!r}; {_FIX}")
         if self.k <= 0:
             raise CurveError(f"k must be > 0 (n* grows with compute; a fit gives 0.001..50), got {self.k!r}; {_FIX}")
@@ -205,7 +201,7 @@ class Curve:
         if self.compute_unit not in COMPUTE_UNITS:
             raise CurveError(f"compute_unit must be one of {', '.join(COMPUTE_UNITS)}, got {self.compute_unit!r}; {_FIX}")
         if self.c_range is not None:
-            if len(self.c_range) != 2 or not all(_is_real(c) for c in self.c_range) or not 0 < self.c_range[0] < self.c_range[1]:
+            if len(self.c_range) != 2 or not all(is_real(c) for c in self.c_range) or not 0 < self.c_range[0] < self.c_range[1]:
                 raise CurveError(f"c_range must be [C_min, C_max] with 0 < C_min < C_max, or null, got {self.c_range!r}; {_FIX}")
 
     def log2_n_star(self, compute: float | np.ndarray) -> float | np.ndarray:
@@ -246,12 +242,12 @@ class Curve:
                 f"{', '.join(_REQUIRED)} (write one with `isocompute fit`, or use a paper: preset)"
             )
         for key in ("L", "k", "log10_C0", "b"):
-            if not _is_real(d[key]):
+            if not is_real(d[key]):
                 raise CurveError(f"{source}: {key} must be a finite number, got {d[key]!r}; {_FIX}")
         if not isinstance(d["metric"], str) or not d["metric"]:
             raise CurveError(f"{source}: metric must be a metric name such as \"val/avg@4\", got {d['metric']!r}; {_FIX}")
         c_range = d.get("c_range")
-        if c_range is not None and not (isinstance(c_range, list) and len(c_range) == 2 and all(map(_is_real, c_range))):
+        if c_range is not None and not (isinstance(c_range, list) and len(c_range) == 2 and all(map(is_real, c_range))):
             raise CurveError(f"{source}: c_range must be [C_min, C_max] (two numbers) or null, got {c_range!r}; {_FIX}")
         n_grid = d.get("n_grid")
         if n_grid is not None and not (isinstance(n_grid, list) and all(map(_is_count, n_grid))):

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pandas as pd
 
+from verl_isocompute.scaling.fit_defaults import DEFAULT_WINDOW
 from verl_isocompute.scaling.groups import group_b
 from verl_isocompute.scaling.saturating import saturating_reward
 
-DEFAULT_WINDOW = 5
 GRID_PER_DECADE = 20
 
 

@@ -54,14 +54,15 @@ import numpy as np
 import pandas as pd
 
 from verl_isocompute import _compat
-from verl_isocompute.scaling.bootstrap import DEFAULT_BOOTSTRAP, bootstrap_sigmoid
+from verl_isocompute.scaling.bootstrap import bootstrap_sigmoid
 from verl_isocompute.scaling.curve import Curve, sigmoid_log2_n
-from verl_isocompute.scaling.envelope import DEFAULT_WINDOW, GRID_PER_DECADE, empty_grid, envelope_table, log_grid
+from verl_isocompute.scaling.envelope import GRID_PER_DECADE, empty_grid, envelope_table, log_grid
 from verl_isocompute.scaling.errors import FitError, ScalingError
+from verl_isocompute.scaling.fit_defaults import DEFAULT_BOOTSTRAP, DEFAULT_WINDOW, K_MAX
 from verl_isocompute.scaling.frontier import Frontier
 from verl_isocompute.scaling.groups import group_keys, group_label, group_row, make_groups
 from verl_isocompute.scaling.saturating import MIN_POINTS, SaturatingCurve
-from verl_isocompute.scaling.sigmoid_fit import K_MAX, fit_sigmoid
+from verl_isocompute.scaling.sigmoid_fit import fit_sigmoid
 
 FIT_ON = ("records", "all")
 

@@ -30,13 +30,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from verl_isocompute.runlog import WITH_CURATION, WITH_GUIDANCE
+from verl_isocompute.runlog import DEFAULT_METRIC, WITH_CURATION, WITH_GUIDANCE
 from verl_isocompute.scaling.curve import COMPUTE_UNITS, MAX_COMPUTE, metric_range
 from verl_isocompute.scaling.errors import ScalingError
+from verl_isocompute.scaling.fit_defaults import DEFAULT_BUCKET
 from verl_isocompute.scaling.records import RESPONSE_LENGTH, RunLogs, name_runs
 
-DEFAULT_METRIC = "val/avg@4"
-DEFAULT_BUCKET = 0.01
 # How compute was derived for runs that did not log it (see records.py), as the report says it.
 _DERIVED = {
     "rollouts": {

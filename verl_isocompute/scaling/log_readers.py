@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from verl_isocompute.runlog import WITH_CURATION, WITH_GUIDANCE, JsonlError, read_jsonl
+from verl_isocompute.jsonl import JsonlError, read_jsonl
+from verl_isocompute.runlog import WITH_CURATION, WITH_GUIDANCE
 from verl_isocompute.scaling import sources
 from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.scaling.log_files import real_dir, real_path

@@ -7,13 +7,15 @@ and the command line mean the same thing. Pure: no verl, no torch.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
+from verl_isocompute.numeric import is_real, yaml_number
+from verl_isocompute.runlog import DEFAULT_METRIC, VAL_PREFIX
 from verl_isocompute.scaling.curve import Curve
+from verl_isocompute.scaling.fit_defaults import DEFAULT_BOOTSTRAP, DEFAULT_BUCKET, DEFAULT_WINDOW, K_MAX
 
 
 @dataclass(frozen=True)
@@ -22,14 +24,14 @@ class FitOptions:
 
     metric: str | None = None  # None: the val/avg@k the logs have (val/avg@4 with our recipes; see logged_avg_at_k)
     compute: str = "rollouts"
-    bucket: float = 0.01
+    bucket: float = DEFAULT_BUCKET
     group_by: str = "n"
     fit_on: str = "all"
     shared_r0: bool = True
     ema: float = 0.0
-    window: int = 5
-    k_max: float = 50.0
-    bootstrap: int = 200
+    window: int = DEFAULT_WINDOW
+    k_max: float = K_MAX
+    bootstrap: int = DEFAULT_BOOTSTRAP
     seed: int = 0
     n: int | None = None
     b_problem: int | None = None
@@ -45,11 +47,8 @@ class FitOptions:
             raise ValueError(f"unknown fit option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         values = dict(values)
         for name in ("bucket", "ema", "k_max"):  # YAML 1.1 reads 1e-2 (no dot) as a string
-            if isinstance(values.get(name), str):
-                try:
-                    values[name] = float(values[name])
-                except ValueError:
-                    pass  # check() names it
+            if name in values:
+                values[name] = yaml_number(values[name])  # a string that is no number: check() names it
         return cls(**values)
 
     def check(self) -> FitOptions:
@@ -72,9 +71,7 @@ class FitOptions:
 
         def number(name: str) -> float | None:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                return None
-            return float(value)
+            return float(value) if is_real(value) else None
 
         def integer(name: str) -> int | None:
             value = getattr(self, name)
@@ -132,9 +129,9 @@ def logged_avg_at_k(logs) -> tuple[str, str | None]:
 
     from verl_isocompute.scaling.errors import ScalingError
 
-    found = sorted((m for m in logs.metrics if re.fullmatch(r"val/avg@\d+", m)), key=lambda m: int(m.split("@")[1]))
-    if "val/avg@4" in found or not found:
-        return "val/avg@4", None
+    found = sorted((m for m in logs.metrics if re.fullmatch(rf"{VAL_PREFIX}/avg@\d+", m)), key=lambda m: int(m.split("@")[1]))
+    if DEFAULT_METRIC in found or not found:
+        return DEFAULT_METRIC, None
     if len(found) == 1:
         return found[0], f"fitting {found[0]}, the val/avg@k these runs logged (validation with val_kwargs.n={found[0].split('@')[1]}); --metric chooses another"
     raise ScalingError(f"the runs log {', '.join(found)} (validation with different val_kwargs.n): pass --metric to choose one")

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from verl_isocompute import atomic
+from verl_isocompute.jsonl import plain
 from verl_isocompute.scaling.curve import CURVE_FILE, STALE_CURVE_FILE, Curve
 from verl_isocompute.scaling.fit import FrontierFit
 
@@ -70,14 +71,14 @@ def write_outputs(
                 curve = replace(curve, provenance={**curve.provenance, "command": command})
             curve = replace(curve, extra={**curve.extra, REWARD_CURVES_KEY: reward_curves_field(
                 reward_curves(result), result.group_by)})
-            (staging / CURVE_FILE).write_text(json.dumps(_jsonable(curve.to_dict()), indent=2) + "\n")
+            (staging / CURVE_FILE).write_text(json.dumps(plain(curve.to_dict(), nan_to_none=True), indent=2) + "\n")
         result.grid.to_csv(staging / FRONTIER_FILE, index=False)
         result.frontier.records.to_csv(staging / RECORDS_FILE, index=False)
         result.groups.to_csv(staging / FITS_FILE, index=False)
         figures = plot_frontier(result, compare=compare, compare_label=compare_label)
         save_plots(figures, staging)
         if comparison is not None:
-            (staging / cmp.COMPARE_JSON).write_text(json.dumps(_jsonable(comparison[0]), indent=2) + "\n")
+            (staging / cmp.COMPARE_JSON).write_text(json.dumps(plain(comparison[0], nan_to_none=True), indent=2) + "\n")
             comparison[1].to_csv(staging / cmp.COMPARE_CSV, index=False)
             comparison[2].savefig(staging / cmp.COMPARE_PNG, dpi=cmp.COMPARE_DPI)
         report = render_report(result, compare, compare_label, command, stale_curve=stale_curve)
@@ -245,17 +246,3 @@ def _num(value: Any) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     return f"{value:.4g}"
-
-
-def _jsonable(value: Any) -> Any:
-    """numpy scalars and NaN are not JSON: convert (NaN -> null)."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-

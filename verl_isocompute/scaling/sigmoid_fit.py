@@ -12,10 +12,10 @@ import numpy as np
 
 from verl_isocompute.scaling.curve import sigmoid_log2_n, sigmoid_log2_n_jacobian
 from verl_isocompute.scaling.errors import FitError
+from verl_isocompute.scaling.fit_defaults import K_MAX
 from verl_isocompute.scaling.lsq import least_squares_batch
 from verl_isocompute.scaling.saturating import best_of_starts
 
-K_MAX = 50.0
 K_MIN = 1e-3  # the sigmoid's k is fitted in [K_MIN, k_max]
 
 

@@ -48,6 +48,7 @@ from typing import Any
 import pandas as pd
 
 from verl_isocompute import verl_keys
+from verl_isocompute.runlog import WITH_CURATION, WITH_GUIDANCE, metric_key
 from verl_isocompute.scaling.errors import ScalingError
 
 WANDB, TENSORBOARD = "wandb", "tensorboard"
@@ -56,10 +57,8 @@ TB_EVENTS_PREFIX = "events.out.tfevents."
 WANDB_SUFFIX = ".wandb"
 WANDB_HISTORY = "wandb-history.jsonl"
 # Our trainer's cumulative compute and the run's n and B_problem, as verl's loggers receive them (training/trainer.py).
-COMPUTE_ALIASES = {"isocompute/rollouts": "rollouts", "isocompute/tokens": "tokens",
-                   "isocompute/rollouts_with_guidance": "rollouts_with_guidance",
-                   "isocompute/rollouts_with_curation": "rollouts_with_curation",
-                   "isocompute/n": "n", "isocompute/b_problem": "b_problem"}
+COMPUTE_ALIASES = {metric_key(name): name for name in (
+    "rollouts", "tokens", WITH_GUIDANCE["rollouts"], WITH_CURATION["rollouts"], "n", "b_problem")}
 # Where verl's config keeps n and B_problem.
 CONFIG_KEYS = {"n": tuple(verl_keys.N.split(".")), "b_problem": tuple(verl_keys.B_PROBLEM.split("."))}
 INSTALL = {

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit, logit
 
-from verl_isocompute.runlog import write_run_log
+from verl_isocompute.runlog import DEFAULT_METRIC, write_run_log
 from verl_isocompute.scaling.curve import Curve
 from verl_isocompute.scaling.saturating import SaturatingCurve
 
@@ -95,7 +95,7 @@ def synthetic_sweep(
     noise: float = 0.01,
     tokens_per_rollout: float = 500.0,
     seed: int = 0,
-    metric: str = "val/avg@4",
+    metric: str = DEFAULT_METRIC,
 ) -> pd.DataFrame:
     """Validation rows of a sweep: one run per (n, seed), each trained to ``c_max`` rollouts.
 

@@ -35,7 +35,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from verl_isocompute.runlog import RUN_LOG, RunLogError, read_jsonl
+from verl_isocompute.jsonl import read_jsonl
+from verl_isocompute.runlog import RUN_LOG, RunLogError
 
 PREVIOUS_DIR = "previous"  # <run_dir>/previous/<UTC time>/: the records of earlier runs in this directory
 ASIDE_SUFFIX = ".before-resume"  # verl's metrics file while a resumed run re-logs it

@@ -44,6 +44,7 @@ from verl_isocompute.training.names import (
     ESTIMATORS,
     GROUPS,
     OFF,
+    PLATFORM_NAME,
     REGULARIZERS,
     TRAINER,
     ZERO_VARIANCE_MODES,
@@ -71,12 +72,12 @@ def check_platform(cfg: DictConfig) -> None:
     """``isocompute.platform`` is cpu / auto / null; on the CPU platform (asked by the recipe or by
     ``VERL_PLATFORM=cpu``) the rollout and the FSDP strategy must be ones that run there."""
     platform = select(cfg, "isocompute.platform")
-    if platform not in (None, "auto", "cpu"):
+    if platform not in (None, "auto", PLATFORM_NAME):
         raise RecipeError(f"isocompute.platform={platform!r}: use cpu, or auto to let verl detect the accelerator")
     env_platform = os.environ.get("VERL_PLATFORM", "").strip().lower()
-    if platform == "cpu" and env_platform and env_platform != "cpu":
+    if platform == PLATFORM_NAME and env_platform and env_platform != PLATFORM_NAME:
         raise RecipeError(f"VERL_PLATFORM={env_platform} conflicts with isocompute.platform=cpu; unset one of them")
-    if platform != "cpu" and env_platform != "cpu":
+    if platform != PLATFORM_NAME and env_platform != PLATFORM_NAME:
         return
     rollout = select(cfg, "actor_rollout_ref.rollout.name")
     if rollout in GPU_ONLY_ROLLOUTS:
@@ -97,10 +98,10 @@ def check_platform(cfg: DictConfig) -> None:
 def prepare_platform(cfg: DictConfig) -> None:
     """Select the CPU backend for this process and its Ray workers when the recipe asks for it (after
     :func:`check_platform`); on the CPU, :func:`prepare_cpu`."""
-    if select(cfg, "isocompute.platform") == "cpu" and os.environ.get("VERL_PLATFORM", "").strip().lower() in ("", "cpu"):
-        os.environ["VERL_PLATFORM"] = "cpu"
+    if select(cfg, "isocompute.platform") == PLATFORM_NAME and os.environ.get("VERL_PLATFORM", "").strip().lower() in ("", PLATFORM_NAME):
+        os.environ["VERL_PLATFORM"] = PLATFORM_NAME
     check_platform(cfg)
-    if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
+    if os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME:
         prepare_cpu(cfg)
 
 

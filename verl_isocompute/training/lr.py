@@ -31,6 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from verl_isocompute.numeric import is_positive
+
 # Recipe defaults, from the paper's LR sweep (stated values).
 BASE_LR = 1e-6
 B_REF = 1024
@@ -47,7 +49,7 @@ def scaled_lr(batch_rollouts: float, base_lr: float = BASE_LR, b_ref: float = B_
     if rule not in RULES:
         raise ValueError(f"unknown lr rule {rule!r}: use one of {', '.join(RULES)}")
     for name, value in (("batch_rollouts", batch_rollouts), ("base_lr", base_lr), ("b_ref", b_ref)):
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        if not is_positive(value):
             raise ValueError(f"{name} must be a positive finite number, got {value!r}")
     ratio = batch_rollouts / b_ref
     if rule == "sqrt":

@@ -53,6 +53,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl_isocompute import verl_keys
 from verl_isocompute.training.conf import files, select
+from verl_isocompute.training.names import PLATFORM_NAME
 
 LAUNCH_DIR_ENV = "ISOCOMPUTE_LAUNCH_DIR"
 # True in ``python -m verl_isocompute.main``, which sets VERL_PLATFORM itself for the CPU platform (verl's main_ppo
@@ -262,8 +263,8 @@ def _when_guided(unguided: Any, guided: Any, *, _root_: DictConfig) -> Any:
 
 def _device(_root_: DictConfig) -> str:
     if ENTRY_SETS_PLATFORM and not os.environ.get("VERL_PLATFORM", "").strip():
-        os.environ["VERL_PLATFORM"] = "cpu"  # as prepare_platform does before a run
-    if os.environ.get("VERL_PLATFORM", "").strip().lower() != "cpu":
+        os.environ["VERL_PLATFORM"] = PLATFORM_NAME  # as prepare_platform does before a run
+    if os.environ.get("VERL_PLATFORM", "").strip().lower() != PLATFORM_NAME:
         print(
             "isocompute: error: isocompute.platform=cpu needs VERL_PLATFORM=cpu in the environment before verl is "
             "imported (verl picks its platform at import, before any config is read): run "
@@ -271,11 +272,11 @@ def _device(_root_: DictConfig) -> str:
             file=sys.stderr, flush=True,
         )
         sys.exit(1)
-    return "cpu"
+    return PLATFORM_NAME
 
 
 def _on_cpu(default: Any, cpu_value: Any, *, _root_: DictConfig) -> Any:
-    value = cpu_value if select(_root_, "isocompute.platform") == "cpu" else default
+    value = cpu_value if select(_root_, "isocompute.platform") == PLATFORM_NAME else default
     return OmegaConf.create(value) if isinstance(value, (list, dict)) else value  # a node, as a list in YAML is
 
 

@@ -56,8 +56,8 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl_isocompute.guided import check as guided_check
 from verl_isocompute.guided import recipe as guided_recipe
 from verl_isocompute.guided import training_set as guided_training_set
-from verl_isocompute.guided.metrics import guided_metrics, mixture_counts
-from verl_isocompute.runlog import GUIDANCE_SPEND, GUIDED_MIXTURE, VERL_METRICS, RunLogWriter
+from verl_isocompute.guided.metrics import GUIDED_METRICS, guided_metrics, mixture_counts
+from verl_isocompute.runlog import GUIDANCE_SPEND, GUIDED_MIXTURE, VAL_PREFIX, VERL_METRICS, RunLogWriter, metric_key
 from verl_isocompute.training import metrics as iso_metrics
 from verl_isocompute.training.advantage import estimator_context
 from verl_isocompute.training.attempts import MetricsHistory, missing_step_notice, start_attempt
@@ -88,15 +88,14 @@ from verl_isocompute.training.weight_version import check_rollout_versions
 
 # What the trainer sent and the loss reports back (regularizers.PROBE_PREFIX + name), compared every step.
 CHECKED_PROBES = ("loss_seqs", "loss_tokens", "loss_rowsum", "reg_seqs", "reg_tokens", "reg_rowsum", "reg_rowsqsum")
+PREFIX_CHECKED = metric_key("guided_prefix_checked")  # guided rows whose prefix was checked this step
 RUN_LOG_METRICS = (
-    "isocompute/train_acc", "isocompute/zero_var_group_frac", "isocompute/reg_active_frac", "isocompute/trained_frac",
-    "isocompute/trained_per_group_min", "isocompute/trained_per_group_max", "isocompute/padding_rows",
-    "isocompute/singleton_rows", "isocompute/evicted_groups", "isocompute/evicted_rollouts",
-    "isocompute/reg_entropy_mean", "isocompute/reg_kl_mean", "isocompute/reg_token_share", "isocompute/reg_seq_share",
-    "training/rollout_probs_diff_max", "response_length/mean",
-    "isocompute/guided_rows", "isocompute/unguided_rows", "isocompute/guided/train_acc", "isocompute/unguided/train_acc",
-    "isocompute/guided_user_rows", "isocompute/guided_assistant_rows", "isocompute/guided_user/train_acc",
-    "isocompute/guided_assistant/train_acc", "isocompute/guided_prefix_checked",
+    *map(metric_key, (
+        "train_acc", "zero_var_group_frac", "reg_active_frac", "trained_frac", "trained_per_group_min",
+        "trained_per_group_max", "padding_rows", "singleton_rows", "evicted_groups", "evicted_rollouts",
+        "reg_entropy_mean", "reg_kl_mean", "reg_token_share", "reg_seq_share")),
+    "training/rollout_probs_diff_max", "response_length/mean",  # verl's
+    *GUIDED_METRICS, PREFIX_CHECKED,
 )
 
 
@@ -283,7 +282,7 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         if self.one_mini_batch:
             output[SEQ_COUNT_FIELD] = torch.full((len(batch),), float(masks.seq_count))
         self._expected_probes = self._probe_values(masks, (response_mask * keep[:, None]).sum(dim=-1).numpy(), ids)
-        metrics.update({f"isocompute/{name}": value for name, value in self._expected_probes.items()})
+        metrics.update({metric_key(name): value for name, value in self._expected_probes.items()})
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch)))
 
     def _check_prefixes(self, batch, infos: list, response_mask, loss_mask, metrics: dict) -> None:
@@ -299,7 +298,7 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         ids = tq.kv_batch_get(keys=[batch.keys[i] for i in rows], partition_id=batch.partition_id,
                               select_fields=["prompts", "responses", "input_ids"])
         response_masks, loss_masks = response_mask.unbind(), loss_mask.unbind()
-        metrics["isocompute/guided_prefix_checked"] = guided_check.check_prefixes(
+        metrics[PREFIX_CHECKED] = guided_check.check_prefixes(
             rows, [guided_check.guided_prefix_ids(self.tokenizer, infos[i]) for i in rows],
             ids["prompts"].unbind(), ids["responses"].unbind(), ids["input_ids"].unbind(),
             [response_masks[i] for i in rows], [loss_masks[i] for i in rows], step=self.global_steps,
@@ -308,13 +307,13 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
 
     def _log_masks(self, masks: StepMasks, acc: np.ndarray, uids: np.ndarray, metrics: dict) -> None:
         real = masks.real
-        metrics["isocompute/zero_var_group_frac"] = 1.0 - masks.varying_groups / max(1, masks.groups)
+        metrics[metric_key("zero_var_group_frac")] = 1.0 - masks.varying_groups / max(1, masks.groups)
         active = real.any() and self.regularizers_on
-        metrics["isocompute/reg_active_frac"] = float(masks.reg_mask[real].mean()) if active else 0.0
-        metrics["isocompute/trained_frac"] = float(masks.keep[real].mean()) if real.any() else 0.0
-        metrics["isocompute/train_acc"] = float(acc[real].mean()) if real.any() else 0.0
-        metrics["isocompute/padding_rows"] = masks.padding_rows
-        metrics["isocompute/singleton_rows"] = masks.singleton_rows
+        metrics[metric_key("reg_active_frac")] = float(masks.reg_mask[real].mean()) if active else 0.0
+        metrics[metric_key("trained_frac")] = float(masks.keep[real].mean()) if real.any() else 0.0
+        metrics[metric_key("train_acc")] = float(acc[real].mean()) if real.any() else 0.0
+        metrics[metric_key("padding_rows")] = masks.padding_rows
+        metrics[metric_key("singleton_rows")] = masks.singleton_rows
         self._epoch_records.extend({"uid": u, "acc": a} for u, a in zip(uids[real], acc[real], strict=True))
 
     @staticmethod
@@ -335,7 +334,7 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         if not OmegaConf.select(self.config, "skip.rollout_tq.enable", default=False):  # replayed rollouts: on purpose
             version = check_rollout_versions(batch.tags, int(self.global_steps))
             if version is not None:
-                metrics["isocompute/rollout_weight_version"] = version
+                metrics[metric_key("rollout_weight_version")] = version
         batch = super()._update_actor(batch, metrics)
         self._check_probes(metrics)
         self._log_regularisers(metrics)
@@ -358,12 +357,12 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         (verl's actor/entropy_loss and actor/kl_loss divide by all trained tokens). 0 when none is masked in."""
         reg_tokens, reg_seqs = metrics[PROBE_PREFIX + "reg_tokens"], metrics[PROBE_PREFIX + "reg_seqs"]
         loss_tokens, loss_seqs = metrics[PROBE_PREFIX + "loss_tokens"], metrics[PROBE_PREFIX + "loss_seqs"]
-        metrics["isocompute/reg_token_share"] = reg_tokens / loss_tokens if loss_tokens else 0.0
-        metrics["isocompute/reg_seq_share"] = reg_seqs / loss_seqs if loss_seqs else 0.0
+        metrics[metric_key("reg_token_share")] = reg_tokens / loss_tokens if loss_tokens else 0.0
+        metrics[metric_key("reg_seq_share")] = reg_seqs / loss_seqs if loss_seqs else 0.0
         for term in ("entropy", "kl"):
             total = metrics.get(f"{PROBE_PREFIX}reg_{term}_sum")
             if total is not None:
-                metrics[f"isocompute/reg_{term}_mean"] = total / reg_tokens if reg_tokens else 0.0
+                metrics[metric_key(f"reg_{term}_mean")] = total / reg_tokens if reg_tokens else 0.0
 
     def _log_update_lr(self, metrics: dict) -> None:
         """``actor/lr`` := the rate this step's update ran at. verl reads the scheduler after stepping it,
@@ -395,8 +394,8 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
             [float(iso_metrics.is_correct(s, a)) for a, s in zip(acc, scores, strict=True)],
             expected_counts=expected_acc_counts, default_n=k,
         )
-        self._val_info = iso_metrics.validation_metrics(records, k=k, prefix="val")
-        self._val_info["val/failed_samples"] = failed
+        self._val_info = iso_metrics.validation_metrics(records, k=k, prefix=VAL_PREFIX)
+        self._val_info[f"{VAL_PREFIX}/failed_samples"] = failed
         metric_dict.update(self._val_info)
         return metric_dict
 
@@ -455,17 +454,17 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         """Add this step's sampling compute to C: the rollouts that reached the update, and the n rollouts of
         every group verl sampled and evicted (a failed rollout, ...), whose samples never reached us."""
         evicted = iso_metrics.evicted_groups(metrics)
-        metrics["isocompute/evicted_groups"] = evicted
-        metrics["isocompute/evicted_rollouts"] = evicted * self.n
+        metrics[metric_key("evicted_groups")] = evicted
+        metrics[metric_key("evicted_rollouts")] = evicted * self.n
         self.compute.add(self._step_info.get("rollouts", 0) + evicted * self.n, self._step_info.get("tokens", 0))
-        metrics["isocompute/rollouts"] = self.compute.rollouts
-        metrics["isocompute/tokens"] = self.compute.tokens
+        metrics[metric_key("rollouts")] = self.compute.rollouts
+        metrics[metric_key("tokens")] = self.compute.tokens
         # the run's shape, so that verl's own loggers (file, tensorboard, wandb) are enough for `isocompute fit`
-        metrics["isocompute/n"], metrics["isocompute/b_problem"] = self.n, self.b_problem
-        metrics.update({f"isocompute/{key}": value for key, value in self._with_guidance().items()})
+        metrics[metric_key("n")], metrics[metric_key("b_problem")] = self.n, self.b_problem
+        metrics.update({metric_key(key): value for key, value in self._with_guidance().items()})
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
-        metrics["isocompute/trained_per_group_min"], metrics["isocompute/trained_per_group_max"] = self._trained_per_group(batch)
+        metrics[metric_key("trained_per_group_min")], metrics[metric_key("trained_per_group_max")] = self._trained_per_group(batch)
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
         self._charge_compute(metrics)
         row = self._row(global_steps, metrics)

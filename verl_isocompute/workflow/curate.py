@@ -54,8 +54,9 @@ from verl_isocompute.data.difficulty import (
     difficulty_table,
 )
 from verl_isocompute.data.problem_sets import generate, load_parquet, screen
-from verl_isocompute.data.problems import ground_truth_of, messages_of, plain
+from verl_isocompute.data.problems import ground_truth_of, messages_of
 from verl_isocompute.errors import CurateError
+from verl_isocompute.jsonl import plain
 from verl_isocompute.workflow.curate_report import write_outputs
 from verl_isocompute.workflow.sample_cache import SampleCache, next_round, progress_of, to_resample, trace_counts
 from verl_isocompute.workflow.sampling import model_overrides, sampling_config, sampling_dtype, sampling_identity
@@ -289,11 +290,8 @@ def _sample(cfg, settings: CurateSettings, pending: pd.DataFrame, states: dict[s
     # SIGTERM / Ctrl-C raise at once (also inside ray.get); Ray and its rollout servers are shut down
     # before the exception leaves, and what was sampled stays cached.
     try:
-        with launch.stopping_ray():
+        with launch.shutting_down_ray_on_signal():
             sample(sampler, ready, done, ray_address=settings.ray_address, next_round=plan)
-    except launch.Interrupted:
-        launch.shutdown_ray()
-        raise
     finally:
         bar.close()
     log(f"[curate] sampled {len(ready)} problems in {time.perf_counter() - started:.0f} s")

@@ -22,8 +22,8 @@ from verl_isocompute.data.difficulty import (
     build_mixtures,
     train_val_split,
 )
-from verl_isocompute.data.problems import plain
 from verl_isocompute.figures import agg_figure
+from verl_isocompute.jsonl import plain
 
 
 def annotated_rows(problems: pd.DataFrame, difficulty: pd.DataFrame) -> pd.DataFrame:

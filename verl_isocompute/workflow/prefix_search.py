@@ -267,36 +267,32 @@ def _rounds(settings: PrefixSearchSettings, sampler, problems: list[Problem], pr
         log(_round_line(0, decisions(searched, valid, rule, band), skipped) + " (all decided by the cached rung samplings)")
         return 0
     rounds = 0
-    try:
-        with launch.stopping_ray(), running(sampler, settings.ray_address) as sample_batch:
-            while pending:
-                rounds += 1
-                batch = []
-                for pid, rung in pending.items():
-                    p = by_id[pid]
-                    batch.append({
-                        "problem_id": pid, "request_id": f"prefix-{pid}-r{rung}", "prompt_ids": prompts[(pid, rung)],
-                        "ground_truth": p.ground_truth, "data_source": p.data_source, "extra_info": p.extra_info,
-                        "carry": {"rung": rung, "fraction": p.ladder[rung - 1].fraction, "prompt_ids": prompts[(pid, rung)]},
-                    })
-                bar = tqdm(total=len(batch), unit="rung", desc=f"round {rounds}: k={settings.k}", file=sys.stderr,
-                           dynamic_ncols=True, disable=not progress)
+    with launch.shutting_down_ray_on_signal(), running(sampler, settings.ray_address) as sample_batch:
+        while pending:
+            rounds += 1
+            batch = []
+            for pid, rung in pending.items():
+                p = by_id[pid]
+                batch.append({
+                    "problem_id": pid, "request_id": f"prefix-{pid}-r{rung}", "prompt_ids": prompts[(pid, rung)],
+                    "ground_truth": p.ground_truth, "data_source": p.data_source, "extra_info": p.extra_info,
+                    "carry": {"rung": rung, "fraction": p.ladder[rung - 1].fraction, "prompt_ids": prompts[(pid, rung)]},
+                })
+            bar = tqdm(total=len(batch), unit="rung", desc=f"round {rounds}: k={settings.k}", file=sys.stderr,
+                       dynamic_ncols=True, disable=not progress)
 
-                def done(record: dict, bar=bar) -> None:
-                    cache.append(record)
-                    records.append(record)
-                    valid.append(record)
-                    bar.update(1)
+            def done(record: dict, bar=bar) -> None:
+                cache.append(record)
+                records.append(record)
+                valid.append(record)
+                bar.update(1)
 
-                started = time.perf_counter()
-                try:
-                    sample_batch(batch, done)
-                finally:
-                    bar.close()
-                decided = decisions(searched, valid, rule, band)
-                log(_round_line(rounds, decided, skipped) + f" ({len(batch)} rungs x {settings.k} in {time.perf_counter() - started:.0f} s)")
-                pending = {pid: d.rung for pid, d in decided.items() if d.status == PENDING}
-    except launch.Interrupted:
-        launch.shutdown_ray()
-        raise
+            started = time.perf_counter()
+            try:
+                sample_batch(batch, done)
+            finally:
+                bar.close()
+            decided = decisions(searched, valid, rule, band)
+            log(_round_line(rounds, decided, skipped) + f" ({len(batch)} rungs x {settings.k} in {time.perf_counter() - started:.0f} s)")
+            pending = {pid: d.rung for pid, d in decided.items() if d.status == PENDING}
     return rounds

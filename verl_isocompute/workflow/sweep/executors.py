@@ -33,11 +33,10 @@ from urllib.parse import urlparse
 
 from verl_isocompute.runlog import CONSOLE_LOG, VERL_METRICS
 from verl_isocompute.workflow import launch
-from verl_isocompute.workflow.sweep.plan import Cell, Plan
+from verl_isocompute.workflow.sweep.plan import DEFAULT_MAX_CONCURRENT, RAY_MODES, Cell, Plan
 from verl_isocompute.workflow.sweep.state import SweepError
 
 CONNECT_TIMEOUT_S = 10.0
-RAY_MODES = ("private", "join")
 
 
 @dataclass
@@ -164,7 +163,7 @@ class RayOptions:
     """
 
     address: str
-    max_concurrent: int = 2
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT
     python: str = "python"
     env_vars: dict[str, str] = field(default_factory=dict)
     mode: str = "private"

@@ -44,6 +44,7 @@ from typing import Any
 import yaml
 
 from verl_isocompute.errors import IsoComputeError
+from verl_isocompute.numeric import as_count, integral, yaml_number
 from verl_isocompute.scaling.allocation import MAX_STEPS
 from verl_isocompute.scaling.pipeline import FitOptions
 
@@ -70,8 +71,10 @@ _TOP_KEYS = {
     "test_freq", "sweep_dir", "fit", "ray",
 }
 _FIT_KEYS = {f.name for f in fields(FitOptions)}  # a plan's fit: block is isocompute fit's options
+# The ray: block's keys are executors.RayOptions' fields (tests/test_sweep_plan.py checks they agree).
 _RAY_KEYS = {"address", "max_concurrent", "python", "env_vars", "mode", "num_gpus", "num_cpus"}
-RAY_PLAN_MODES = ("auto", "private", "join")
+RAY_MODES = ("private", "join")  # how a cell uses the cluster (executors.RayOptions.mode)
+RAY_PLAN_MODES = ("auto", *RAY_MODES)  # auto: private on one node, join on several (preflight.ray_options)
 
 
 class PlanError(IsoComputeError, ValueError):
@@ -187,23 +190,11 @@ def _values(name: str, values: Any, minimum: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def _number(value: Any) -> Any:
-    """A number written as YAML 1.1 reads it: ``1e6`` (no dot) is a string there, ``1.0e6`` a float."""
-    if isinstance(value, str):
-        try:
-            return float(value.strip().replace("_", ""))
-        except ValueError:
-            return value
-    return value
-
-
 def _positive_int(name: str, value: Any, allow_none: bool = False) -> int | None:
     if value is None and allow_none:
         return None
-    value = _number(value)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)  # YAML reads 6.5e4 as a float
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    value = integral(yaml_number(value))  # YAML reads 1e6 as a string and 6.5e4 as a float
+    if as_count(value) is None:
         raise PlanError(f"{name} must be a positive integer{' or null' if allow_none else ''}, got {value!r}")
     return value
 
@@ -339,7 +330,7 @@ def _ray_block(raw: Any) -> dict[str, Any]:
             raise PlanError(f"ray.env_vars must map names to values, e.g. env_vars: {{HF_HOME: /data/hf}}, got {env_vars!r}")
         ray_cfg["env_vars"] = {k: str(v) for k, v in env_vars.items()}
     for key in ("num_gpus", "num_cpus"):
-        value = _number(ray_cfg.get(key))
+        value = yaml_number(ray_cfg.get(key))
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0):
             raise PlanError(f"ray.{key} must be a number >= 0 or null, got {ray_cfg.get(key)!r}")
         if key in ray_cfg:

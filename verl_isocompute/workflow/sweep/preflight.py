@@ -155,7 +155,7 @@ def ray_options(plan: Plan, cfg, address: str, max_concurrent: int | None = None
         env_vars.setdefault("VERL_PLATFORM", "cpu")
     options = RayOptions(
         address=address, max_concurrent=max_concurrent or plan.ray["max_concurrent"],
-        python=plan.ray.get("python") or "python", env_vars=env_vars, mode=mode, num_gpus=num_gpus,
+        python=plan.ray.get("python") or RayOptions.python, env_vars=env_vars, mode=mode, num_gpus=num_gpus,
         num_cpus=1 if num_cpus is None else num_cpus,
     )
     if mode == "join" and options.max_concurrent > 1:
