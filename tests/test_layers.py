@@ -48,6 +48,7 @@ LAYERS: dict[str, int] = {
     f"{PACKAGE}.training.metrics": PURE,
     f"{PACKAGE}.training.names": PURE,
     f"{PACKAGE}.training.per_prompt_n": PURE,
+    f"{PACKAGE}.training.adaptive": PURE,
     f"{PACKAGE}.training.progress": PURE,
     f"{PACKAGE}.training.reward": PURE,
     f"{PACKAGE}.training.weight_version": PURE,
@@ -71,8 +72,6 @@ LONG_MODULES: dict[str, str] = {
     "scaling/allocation.py": "the allocation rule's four documented steps (docs/ALLOCATION.md), one function each, read top to bottom",
     # not split yet (issue 20, rooms by concept); each says where it would split
     "training/config.py": "not split yet: the isocompute: block's checks vs composing a recipe and preparing a run",
-    "training/trainer.py": "not split yet: run-log keys and probes vs the compute counter vs the v1 trainer's verl hooks "
-    "(checked by the e2e runs only)",
     "workflow/sweep/plan.py": "not split yet: reading and checking a plan vs the grid and each cell's overrides",
 }
 
