@@ -173,6 +173,19 @@ def test_a_checkpoint_from_other_settings_or_a_broken_state_is_refused():
             NSchedule(CURVE, b_problem=4, budget_rollouts=60_000).load_state_dict(broken)
 
 
+def test_a_resume_may_extend_the_budget_and_continues_as_one_long_run():
+    """An anytime run stopped at its budget and resumed with a larger one plans exactly what a run with the
+    larger budget from the start would have (n depends on the compute spent, the budget only ends the run)."""
+    long = NSchedule(CURVE, b_problem=4, budget_rollouts=60_000)
+    plans, _ = run(long)
+    short = NSchedule(CURVE, b_problem=4, budget_rollouts=20_000)
+    head, resume_at = run(short)
+    extended = NSchedule(CURVE, b_problem=4, budget_rollouts=60_000)
+    extended.load_state_dict(json.loads(json.dumps(short.state_dict())))
+    tail, _ = run(extended, start=resume_at)
+    assert [p.n for p in head + tail] == [p.n for p in plans] and extended.state.changes == long.state.changes
+
+
 def test_the_run_ends_when_the_next_n_no_longer_fits_even_if_the_current_one_would():
     # with 4 problems per step n goes 8 -> 16 at c = 20,416 (first step past C ~ 20,395); 40 rollouts are
     # left then: one more step at n = 8 (32 rollouts) would fit, one at the scheduled n = 16 (64) does not

@@ -259,10 +259,14 @@ class NSchedule:
                 "budget_rollouts": self.budget_rollouts}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
-        """Restore a checkpoint's state; refuses one saved under another grid, b_problem or budget."""
+        """Restore a checkpoint's state; refuses one saved under another grid or b_problem.
+
+        The budget may differ: an anytime run is extended (or cut short) by resuming it with another
+        ``budget_rollouts``; n_t depends on the compute spent and the curve only, the budget decides the end.
+        """
         state = ScheduleState.from_dict(d)
-        saved = {"n_grid": d.get("n_grid"), "b_problem": d.get("b_problem"), "budget_rollouts": d.get("budget_rollouts")}
-        ours = {"n_grid": list(self.grid), "b_problem": self.b_problem, "budget_rollouts": self.budget_rollouts}
+        saved = {"n_grid": d.get("n_grid"), "b_problem": d.get("b_problem")}
+        ours = {"n_grid": list(self.grid), "b_problem": self.b_problem}
         if saved != ours:
             diff = ", ".join(f"{k} {saved[k]!r} (now {ours[k]!r})" for k in ours if saved[k] != ours[k])
             raise ScheduleError(f"the checkpoint's n schedule was made with {diff}: resume with the same "

@@ -91,7 +91,7 @@ def check_adaptive(cfg: DictConfig, lr_from_rule: Callable[[DictConfig], bool]) 
         lo, _ = adaptive.per_prompt.bounds(min(grid))
         hi = adaptive.per_prompt.n_max
         if lo > min(grid) or (hi is not None and hi < max(grid)):
-            raise AdaptiveError(f"{PER_PROMPT}: n_min {lo} and n_max {hi} must bracket every step's n {sorted(set(grid))} "
+            raise AdaptiveError(f"{PER_PROMPT}: n_min {lo} and n_max {'null' if hi is None else hi} must bracket every step's n {sorted(set(grid))} "
                                 "(a step's budget is b_problem x n): lower n_min or raise n_max")
 
 
