@@ -232,3 +232,45 @@ def test_metrics_read_each_problems_pass_rate_from_its_own_group_size():
     records = [{"uid": u, "acc": a} for u, a in zip(UIDS, ACC)]
     hist = pass_rate_histogram(records, bins=5)  # a: 1/2, b: 2/5 (not 2/2 or 2/7)
     assert hist["counts"] == [0, 0, 2, 0, 0] and hist["n_problems"] == 2
+
+
+def test_each_prompt_reaches_verls_agent_loop_with_its_own_n(monkeypatch):
+    """The trainer's submission adds ``__rollout_n__`` as verl's agent loop reads a row (``v[i].data`` of a
+    NonTensorStack, then ``prompt.pop("__rollout_n__", config.n)``): per-prompt n for a step's batch, the evicted
+    group's rollouts for its replacement."""
+    import numpy as np
+    import transfer_queue
+    from tensordict import NonTensorStack
+    from verl.utils import tensordict_utils as tu
+
+    from verl_isocompute.training.trainer import IsoComputeTrainer
+
+    cfg = _compose("isocompute.per_prompt_n.enable=true", "isocompute.per_prompt_n.curation_weight=1000",
+                   "data.train_batch_size=2", "actor_rollout_ref.rollout.n=8")
+    trainer = IsoComputeTrainer.__new__(IsoComputeTrainer)
+    trainer.config, trainer.trainer_mode, trainer.global_steps = cfg, "isocompute", 1
+    trainer._read_settings(cfg)
+    sent = []
+    trainer.agent_loop_manager = type("Manager", (), {"generate_sequences": lambda self, batch: sent.append(batch)})()
+    live = {}
+    monkeypatch.setattr(transfer_queue, "kv_batch_put", lambda keys, partition_id, tags=None, fields=None: live.update(
+        {k: t for k, t in zip(keys, tags)}))
+    monkeypatch.setattr(transfer_queue, "kv_list", lambda partition_id=None: {"train": dict(live)})
+
+    def batch(uids, infos):
+        prompts = np.empty(len(uids), dtype=object)
+        prompts[:] = [[{"role": "user", "content": u}] for u in uids]
+        return tu.get_tensordict({"uid": np.array(uids, dtype=object), "data_source": np.array(["d"] * len(uids), dtype=object),
+                                  "index": np.arange(len(uids)), "raw_prompt": prompts,
+                                  "extra_info": np.array(infos, dtype=object)})
+
+    def rollout_ns(td):  # what verl's AgentLoopWorkerTQ reads per row (batch.items(), v[i].data) and pops
+        column = dict(td.items())["__rollout_n__"]
+        assert isinstance(column, NonTensorStack)
+        return [column[i].data for i in range(len(td))]
+
+    trainer._submit_batch_to_rollout(batch(["u1", "u2"], [EASY, HARD]))
+    assert rollout_ns(sent[-1]) == [6, 10]  # the hand-computed split of 16 (test above)
+    del live["u2"]  # verl evicted u2 (a failed rollout) and asks for one prompt in its place
+    trainer._submit_batch_to_rollout(batch(["u3"], [EASY]))
+    assert rollout_ns(sent[-1]) == [10] and trainer.adaptive.record.evicted_rollouts == 10
