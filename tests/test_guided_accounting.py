@@ -83,9 +83,9 @@ def test_mixed_placements_are_split_and_a_single_placement_is_not():
 
 def test_the_run_log_keeps_every_guided_metric_under_the_keys_it_always_had():
     """The trainer copies guided_metrics' keys into isocompute.jsonl from GUIDED_METRICS (not a second
-    spelling); the row's keys and their order are those of 0.1's run logs."""
+    spelling); the row's keys and their order are those of 0.1's run logs (keys added since at the end)."""
     from verl_isocompute.guided.metrics import GUIDED_METRICS
-    from verl_isocompute.training.trainer import RUN_LOG_METRICS
+    from verl_isocompute.training.run_record import RUN_LOG_METRICS
 
     infos = [{"guided": True, "placement": USER}, {"guided": True, "placement": ASSISTANT}, {"guided": False}]
     assert set(guided_metrics(infos, np.array([1.0, 0.0, 1.0]), np.ones(3, dtype=bool))) == set(GUIDED_METRICS)
@@ -98,6 +98,9 @@ def test_the_run_log_keeps_every_guided_metric_under_the_keys_it_always_had():
         "isocompute/guided_rows", "isocompute/unguided_rows", "isocompute/guided/train_acc", "isocompute/unguided/train_acc",
         "isocompute/guided_user_rows", "isocompute/guided_assistant_rows", "isocompute/guided_user/train_acc",
         "isocompute/guided_assistant/train_acc", "isocompute/guided_prefix_checked",
+        "isocompute/zero_var_rollout_share", "isocompute/group_n_min", "isocompute/group_n_max", "isocompute/group_n_mean",
+        "isocompute/expected_zero_var_share", "isocompute/expected_zero_var_share_fixed_n",
+        "isocompute/expected_nonzero_groups", "isocompute/expected_nonzero_groups_fixed_n",
     )
 
 

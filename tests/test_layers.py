@@ -47,6 +47,8 @@ LAYERS: dict[str, int] = {
     f"{PACKAGE}.training.masks": PURE,
     f"{PACKAGE}.training.metrics": PURE,
     f"{PACKAGE}.training.names": PURE,
+    f"{PACKAGE}.training.per_prompt_n": PURE,
+    f"{PACKAGE}.training.adaptive": PURE,
     f"{PACKAGE}.training.progress": PURE,
     f"{PACKAGE}.training.reward": PURE,
     f"{PACKAGE}.training.weight_version": PURE,
@@ -68,9 +70,6 @@ MAX_LINES = 400
 # module -> why it is one room although longer than MAX_LINES.
 LONG_MODULES: dict[str, str] = {
     "scaling/allocation.py": "the allocation rule's four documented steps (docs/ALLOCATION.md), one function each, read top to bottom",
-    # not split yet (issue 20, rooms by concept); each says where it would split
-    "training/trainer.py": "not split yet: run-log keys and probes vs the compute counter vs the v1 trainer's verl hooks "
-    "(checked by the e2e runs only)",
 }
 
 

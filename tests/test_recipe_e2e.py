@@ -24,7 +24,7 @@ from verl_isocompute.runlog import read_run_log
 from verl_isocompute.scaling.records import load_runs
 
 from verl_isocompute.training.masks import row_ids
-from verl_isocompute.training.trainer import CHECKED_PROBES
+from verl_isocompute.training.probes import CHECKED_PROBES
 
 pytestmark = pytest.mark.e2e
 B_PROBLEM, N = 8, 4  # the CPU overlay's batch: 8 problems x 4 rollouts

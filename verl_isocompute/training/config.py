@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl_isocompute import _compat, verl_keys
 from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.training import resolvers
+from verl_isocompute.training.adaptive_config import check_adaptive
 from verl_isocompute.training.conf import select
 from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
 from verl_isocompute.training.names import (
@@ -242,6 +243,7 @@ def check_config(cfg: DictConfig) -> list[str]:
         notice = zero_variance_notice(cfg)  # an unknown mode is refused whichever trainer runs
         if select(cfg, "trainer.v1.trainer_mode") == TRAINER:
             check_trainer_settings(cfg)
+        check_adaptive(cfg, lr_from_rule)  # the n schedule and per-prompt n (training/adaptive_config.py)
         OmegaConf.to_container(cfg.isocompute, resolve=True)
         for key in (*resolvers.ALLOCATION_KEYS.values(), f"{resolvers.OPTIM}.lr", f"{resolvers.OPTIM}.lr_warmup_steps"):
             select(cfg, key)
@@ -250,7 +252,7 @@ def check_config(cfg: DictConfig) -> list[str]:
         raise
     except InterpolationResolutionError as exc:
         raise _resolver_error(exc) from None
-    except ValueError as exc:  # the reuse check's
+    except ValueError as exc:  # the reuse check's, the schedule's and per-prompt n's
         raise RecipeError(str(exc)) from None
     return [notice] if notice else []
 

@@ -43,7 +43,6 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -56,9 +55,10 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl_isocompute.guided import check as guided_check
 from verl_isocompute.guided import recipe as guided_recipe
 from verl_isocompute.guided import training_set as guided_training_set
-from verl_isocompute.guided.metrics import GUIDED_METRICS, guided_metrics, mixture_counts
-from verl_isocompute.runlog import GUIDANCE_SPEND, GUIDED_MIXTURE, VAL_PREFIX, VERL_METRICS, RunLogWriter, metric_key
+from verl_isocompute.guided.metrics import guided_metrics
+from verl_isocompute.runlog import VAL_PREFIX, VERL_METRICS, RunLogWriter, metric_key
 from verl_isocompute.training import metrics as iso_metrics
+from verl_isocompute.training.adaptive_trainer import AdaptiveTrainerMixin
 from verl_isocompute.training.advantage import estimator_context
 from verl_isocompute.training.attempts import MetricsHistory, missing_step_notice, start_attempt
 from verl_isocompute.training.config import (
@@ -67,11 +67,7 @@ from verl_isocompute.training.config import (
     lr_from_rule,
     regularizers_on,
 )
-from verl_isocompute.training.lr import (
-    VERL_WARMUP_SCHEDULE,
-    lr_for_update,
-    rule_batch_rollouts,
-)
+from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE, lr_for_update
 from verl_isocompute.training.masks import StepMasks, accuracy, check_one_output_per_session, row_ids, step_masks
 from verl_isocompute.training.names import (
     DECOUPLED_ESTIMATOR,
@@ -82,37 +78,14 @@ from verl_isocompute.training.names import (
     TRAINER,
 )
 from verl_isocompute.training.on_policy import unapplied_reuse_notice
+from verl_isocompute.training.probes import check_probes, log_regularisers, probe_values
 from verl_isocompute.training.progress import PhaseAnnouncer
-from verl_isocompute.training.regularizers import PROBE_PREFIX
+from verl_isocompute.training.run_record import PREFIX_CHECKED, ComputeCounter, RunRecordMixin
 from verl_isocompute.training.weight_version import check_rollout_versions
-
-# What the trainer sent and the loss reports back (regularizers.PROBE_PREFIX + name), compared every step.
-CHECKED_PROBES = ("loss_seqs", "loss_tokens", "loss_rowsum", "reg_seqs", "reg_tokens", "reg_rowsum", "reg_rowsqsum")
-PREFIX_CHECKED = metric_key("guided_prefix_checked")  # guided rows whose prefix was checked this step
-RUN_LOG_METRICS = (
-    *map(metric_key, (
-        "train_acc", "zero_var_group_frac", "reg_active_frac", "trained_frac", "trained_per_group_min",
-        "trained_per_group_max", "padding_rows", "singleton_rows", "evicted_groups", "evicted_rollouts",
-        "reg_entropy_mean", "reg_kl_mean", "reg_token_share", "reg_seq_share")),
-    "training/rollout_probs_diff_max", "response_length/mean",  # verl's
-    *GUIDED_METRICS, PREFIX_CHECKED,
-)
-
-
-@dataclass
-class ComputeCounter:
-    """Cumulative sampling compute of a run: C in rollouts, and generated tokens."""
-
-    rollouts: int = 0
-    tokens: int = 0
-
-    def add(self, rollouts: int, tokens: int) -> None:
-        self.rollouts += int(rollouts)
-        self.tokens += int(tokens)
 
 
 @register_trainer(TRAINER)
-class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
+class IsoComputeTrainer(AdaptiveTrainerMixin, RunRecordMixin, PhaseAnnouncer, PPOTrainerSync):
     """verl's sync on-policy trainer with the IsoCompute recipe's masks, compute accounting and run log."""
 
     with_guidance = False  # the run log adds C with the guided data's spend (set by _prepare_guided)
@@ -152,6 +125,7 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         self.regularizers_on = regularizers_on(config)  # else reg_active_frac is 0: nothing for the mask to act on
         # the kept-sequence count is per step: the seq-mean normaliser can use it only if a step is one mini-batch
         self.one_mini_batch = int(config.actor_rollout_ref.actor.ppo_mini_batch_size) == self.b_problem
+        self._read_adaptive(config, lr_from_rule)  # the n schedule and per-prompt n (training/adaptive_trainer.py)
 
     def _prepare_guided(self, config) -> None:
         """docs/GUIDED.md: validation on unguided problems only; the guided mixture when main_ppo started the run
@@ -196,46 +170,6 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         self.compute = ComputeCounter(last["rollouts"], last["tokens"]) if last else ComputeCounter()
         self.run_log.write_header(self._header())
 
-    def _header(self) -> dict:
-        from importlib.metadata import version
-
-        cfg = self.config
-        rule = OmegaConf.select(cfg, "isocompute.lr.rule", default=None)
-        return {
-            "recipe": OmegaConf.select(cfg, "isocompute.recipe", default=None),
-            "model": cfg.actor_rollout_ref.model.path,
-            "dataset_size": len(self.train_dataset),
-            "n": self.n,
-            "b_problem": self.b_problem,
-            "n_train": self.n_train,
-            "b_max": OmegaConf.select(cfg, "isocompute.allocation.b_max", default=None),
-            "adv_estimator": cfg.algorithm.adv_estimator,
-            "zero_variance_mode": self.zero_var_mode,
-            "lr": cfg.actor_rollout_ref.actor.optim.lr,
-            "lr_warmup_steps": cfg.actor_rollout_ref.actor.optim.lr_warmup_steps,
-            "lr_rule": rule,
-            # false: optim.lr / lr_warmup_steps were set in the config or on the command line, not by the rule
-            "lr_from_rule": lr_from_rule(cfg) if OmegaConf.select(cfg, "isocompute.lr") is not None else False,
-            # B of the LR rule: rollouts per step that enter the gradient (n_train per problem when decoupled)
-            "lr_batch_rollouts": rule_batch_rollouts(self.b_problem, self.n, self.n_train) if rule else None,
-            "val_n": cfg.actor_rollout_ref.rollout.val_kwargs.n,
-            **({GUIDANCE_SPEND: guided_recipe.spend.as_json(self.guidance_spend), "spend_problems": self.spend_problems}
-               if self.with_guidance else {}),
-            **self._mixture(),
-            "total_training_steps": self.total_training_steps,
-            "verl_version": version("verl"),
-            "isocompute_version": version("verl-isocompute"),
-        }
-
-    def _mixture(self) -> dict:
-        """``guided_mixture``: guided / unguided rows of the training set verl built (after its filter), the real
-        ratio (docs/GUIDED.md); nothing for a dataset without guided marks."""
-        frame = getattr(self.train_dataset, "dataframe", None)
-        if frame is None or "extra_info" not in frame.column_names:
-            return {}
-        counts = mixture_counts(frame["extra_info"])
-        return {GUIDED_MIXTURE: counts} if counts else {}
-
     # -- advantages and masks ------------------------------------------------------------------------
     def _decoupled_seed(self) -> tuple[int, int] | None:
         if not self.decoupled:
@@ -270,6 +204,7 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         # Compute spent: every sampled rollout (all n_est under the decoupled baseline) and its tokens.
         self._step_info = {"rollouts": int(real.sum()), "tokens": int(loss_mask.sum(dim=-1)[torch.from_numpy(real)].sum())}
         self._log_masks(masks, acc, uids, metrics)
+        self._adaptive_observe(uids, acc, real, metrics)  # per-prompt n: pass rates, n_i, expected shares
 
         keep = torch.from_numpy(masks.keep)
         ids = row_ids(batch.keys)
@@ -281,7 +216,7 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
             output[REG_MASK_FIELD] = torch.from_numpy(masks.reg_mask).to(torch.float32)
         if self.one_mini_batch:
             output[SEQ_COUNT_FIELD] = torch.full((len(batch),), float(masks.seq_count))
-        self._expected_probes = self._probe_values(masks, (response_mask * keep[:, None]).sum(dim=-1).numpy(), ids)
+        self._expected_probes = probe_values(masks, (response_mask * keep[:, None]).sum(dim=-1).numpy(), ids)
         metrics.update({metric_key(name): value for name, value in self._expected_probes.items()})
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch)))
 
@@ -308,6 +243,8 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
     def _log_masks(self, masks: StepMasks, acc: np.ndarray, uids: np.ndarray, metrics: dict) -> None:
         real = masks.real
         metrics[metric_key("zero_var_group_frac")] = 1.0 - masks.varying_groups / max(1, masks.groups)
+        # the share of rollouts (not groups) with no gradient: groups differ in size under per-prompt n
+        metrics[metric_key("zero_var_rollout_share")] = float(1.0 - masks.varies[real].mean()) if real.any() else 0.0
         active = real.any() and self.regularizers_on
         metrics[metric_key("reg_active_frac")] = float(masks.reg_mask[real].mean()) if active else 0.0
         metrics[metric_key("trained_frac")] = float(masks.keep[real].mean()) if real.any() else 0.0
@@ -316,19 +253,6 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         metrics[metric_key("singleton_rows")] = masks.singleton_rows
         self._epoch_records.extend({"uid": u, "acc": a} for u, a in zip(uids[real], acc[real], strict=True))
 
-    @staticmethod
-    def _probe_values(masks: StepMasks, tokens: np.ndarray, ids: np.ndarray) -> dict[str, float]:
-        """What the loss should report (regularizers._probes) for these masks: rows carrying loss tokens, and
-        among them the rows the regularisers act on; ``tokens`` are each row's response tokens after masking."""
-        loss = masks.keep & (tokens > 0)
-        reg = masks.reg_mask & loss
-        ids = ids + 1.0
-        return {
-            "loss_seqs": float(loss.sum()), "loss_tokens": float(tokens[loss].sum()), "loss_rowsum": float(ids[loss].sum()),
-            "reg_seqs": float(reg.sum()), "reg_tokens": float(tokens[reg].sum()), "reg_rowsum": float(ids[reg].sum()),
-            "reg_rowsqsum": float((ids[reg] ** 2).sum()),
-        }
-
     # -- the actor update ----------------------------------------------------------------------------
     def _update_actor(self, batch, metrics: dict):
         if not OmegaConf.select(self.config, "skip.rollout_tq.enable", default=False):  # replayed rollouts: on purpose
@@ -336,39 +260,17 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
             if version is not None:
                 metrics[metric_key("rollout_weight_version")] = version
         batch = super()._update_actor(batch, metrics)
-        self._check_probes(metrics)
-        self._log_regularisers(metrics)
+        check_probes(self._expected_probes, metrics, self.global_steps)
+        log_regularisers(metrics)
         self._log_update_lr(metrics)
         return batch
 
-    def _check_probes(self, metrics: dict) -> None:
-        """The rows the workers trained on (reported by our loss) must be the ones the trainer masked."""
-        for name in CHECKED_PROBES:
-            sent, seen = self._expected_probes[name], metrics.get(PROBE_PREFIX + name)
-            if seen is None or not math.isclose(sent, seen, rel_tol=1e-9, abs_tol=1e-6):
-                raise RuntimeError(
-                    f"step {self.global_steps}: the actor workers report {name}={seen} but the trainer's masks give "
-                    f"{sent}: the isocompute loss or its TransferQueue fields did not reach the workers"
-                )
-
-    @staticmethod
-    def _log_regularisers(metrics: dict) -> None:
-        """Means over the tokens KL / entropy act on, and their share: comparable across zero-variance modes
-        (verl's actor/entropy_loss and actor/kl_loss divide by all trained tokens). 0 when none is masked in."""
-        reg_tokens, reg_seqs = metrics[PROBE_PREFIX + "reg_tokens"], metrics[PROBE_PREFIX + "reg_seqs"]
-        loss_tokens, loss_seqs = metrics[PROBE_PREFIX + "loss_tokens"], metrics[PROBE_PREFIX + "loss_seqs"]
-        metrics[metric_key("reg_token_share")] = reg_tokens / loss_tokens if loss_tokens else 0.0
-        metrics[metric_key("reg_seq_share")] = reg_seqs / loss_seqs if loss_seqs else 0.0
-        for term in ("entropy", "kl"):
-            total = metrics.get(f"{PROBE_PREFIX}reg_{term}_sum")
-            if total is not None:
-                metrics[metric_key(f"reg_{term}_mean")] = total / reg_tokens if reg_tokens else 0.0
-
     def _log_update_lr(self, metrics: dict) -> None:
         """``actor/lr`` := the rate this step's update ran at. verl reads the scheduler after stepping it,
-        i.e. the next update's rate; check that it follows our rule and keep it as ``actor/lr_next``."""
+        i.e. the next update's rate; check that it follows our rule and keep it as ``actor/lr_next``. The peak is
+        ``optim.lr``, or the n schedule's lr_t for this step."""
         optim = self.config.actor_rollout_ref.actor.optim
-        peak, warmup, k = float(optim.lr), int(optim.lr_warmup_steps), int(self.global_steps)
+        peak, warmup, k = self._peak_lr, int(optim.lr_warmup_steps), int(self.global_steps)
         following = metrics.get("actor/lr")
         if following is None:
             return
@@ -411,30 +313,8 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
         if self._val_info and self.global_steps == 1:
             self.run_log.append(self._row(step=0, metrics={}))
         self._val_info = {}
-
-    def _row(self, step: int, metrics: dict) -> dict:
-        row = {
-            "step": step,
-            "n": self.n,
-            "b_problem": self.b_problem,
-            "rollouts": self.compute.rollouts,
-            "tokens": self.compute.tokens,
-            **self._with_guidance(),
-            "epoch": iso_metrics.epochs(step, self.b_problem, len(self.train_dataset)),
-        }
-        if metrics:
-            row["lr"] = metrics.get("actor/lr")
-            row["train/reward"] = metrics.get("critic/score/mean")
-            row.update({key: metrics[key] for key in RUN_LOG_METRICS if key in metrics})
-        row.update(self._val_info)
-        return row
-
-    def _with_guidance(self) -> dict:
-        """C and tokens including the rollouts spent before training on the guided data (PrefixRL's
-        comparison, arXiv 2601.18795), when ``isocompute.guided.spend`` names its spend files."""
-        if not self.with_guidance:
-            return {}
-        return guided_recipe.spend.with_guidance(self.compute.rollouts, self.compute.tokens, self.guidance_spend)
+        if self.adaptive is not None:
+            self._plan_step(self.global_steps)  # the n schedule's first (or resumed) step
 
     def _trained_per_group(self, batch) -> tuple[int, int]:
         """(min, max) over groups of sequences that carry loss tokens, read back from the TransferQueue
@@ -453,10 +333,10 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
     def _charge_compute(self, metrics: dict) -> None:
         """Add this step's sampling compute to C: the rollouts that reached the update, and the n rollouts of
         every group verl sampled and evicted (a failed rollout, ...), whose samples never reached us."""
-        evicted = iso_metrics.evicted_groups(metrics)
+        evicted, evicted_rollouts = self._adaptive_evictions(iso_metrics.evicted_groups(metrics))  # n_i each
         metrics[metric_key("evicted_groups")] = evicted
-        metrics[metric_key("evicted_rollouts")] = evicted * self.n
-        self.compute.add(self._step_info.get("rollouts", 0) + evicted * self.n, self._step_info.get("tokens", 0))
+        metrics[metric_key("evicted_rollouts")] = evicted_rollouts
+        self.compute.add(self._step_info.get("rollouts", 0) + evicted_rollouts, self._step_info.get("tokens", 0))
         metrics[metric_key("rollouts")] = self.compute.rollouts
         metrics[metric_key("tokens")] = self.compute.tokens
         # the run's shape, so that verl's own loggers (file, tensorboard, wandb) are enough for `isocompute fit`
@@ -475,3 +355,5 @@ class IsoComputeTrainer(PhaseAnnouncer, PPOTrainerSync):
             self._epoch_records = []
         self.run_log.append(row)
         self._val_info = {}
+        if self.adaptive is not None and global_steps < self.total_training_steps:
+            self._plan_step(global_steps + 1)  # from the C just charged: n, lr and the last step of the budget

@@ -1,0 +1,159 @@
+"""The ``isocompute.schedule`` and ``isocompute.per_prompt_n`` blocks: read, checked, and built into :class:`AdaptiveN`.
+
+Both are off by default (the recipes' ``isocompute`` block; the pieces ``+isocompute=[schedule]`` and
+``+isocompute=[per_prompt_n]`` turn them on in any verl config). Keys (docs/SCALING.md, "Beyond one n"):
+
+``isocompute.schedule``: ``enable``; ``curve`` and ``budget_rollouts`` (null: the allocation block's);
+``n_grid`` (null: the curve's); ``margin`` (the hysteresis, in doublings); ``mean_response_tokens`` (for a
+curve fitted on tokens; null: the allocation block's). B_problem is ``data.train_batch_size``; the LR rule is
+the recipe's (``isocompute.lr``, or the allocation's settings when it is enabled).
+
+``isocompute.per_prompt_n``: ``enable``; ``n_min`` (>= 2), ``n_max`` (null: 4 x the step's n),
+``curation_weight`` (curation's avg@k counts as weight x k samples of the prior).
+
+What the trainer cannot honour is refused here with one line (:func:`check_adaptive`): another trainer
+(these blocks would be ignored), several mini-batches or epochs per step (verl sizes a mini-batch as
+``ppo_mini_batch_size * rollout.n`` rows and would split a step whose groups differ in size), an lr set by
+hand under the schedule (it sets the lr each step), bounds that no step budget can meet.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl_isocompute import verl_keys
+from verl_isocompute.errors import IsoComputeError
+from verl_isocompute.training.adaptive import AdaptiveN, PerPromptSettings
+from verl_isocompute.training.conf import select
+from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, TRAINER
+
+SCHEDULE, PER_PROMPT = "isocompute.schedule", "isocompute.per_prompt_n"
+SCHEDULE_KEYS = ("enable", "curve", "budget_rollouts", "n_grid", "margin", "mean_response_tokens", "needs")
+PER_PROMPT_KEYS = ("enable", "n_min", "n_max", "curation_weight", "needs")
+
+
+class AdaptiveError(IsoComputeError, ValueError):
+    """A schedule or per-prompt-n setting the run cannot honour; the message names the key and the fix."""
+
+
+def _block(cfg: DictConfig, path: str, keys: tuple[str, ...]) -> dict[str, Any] | None:
+    """The block at ``path`` when it is enabled (resolved, unknown keys refused), else None."""
+    node = select(cfg, path)
+    if node is None:
+        return None
+    if not OmegaConf.is_dict(node):
+        raise AdaptiveError(f"{path} must be a mapping with the keys {', '.join(keys[:-1])}")
+    block = OmegaConf.to_container(node, resolve=True)
+    unknown = sorted(set(block) - set(keys))
+    if unknown:
+        raise AdaptiveError(f"unknown key(s) {', '.join(f'{path}.{k}' for k in unknown)}; valid keys: {', '.join(keys[:-1])}")
+    return block if block.get("enable") else None
+
+
+def schedule_on(cfg: DictConfig) -> bool:
+    return _block(cfg, SCHEDULE, SCHEDULE_KEYS) is not None
+
+
+def per_prompt_on(cfg: DictConfig) -> bool:
+    return _block(cfg, PER_PROMPT, PER_PROMPT_KEYS) is not None
+
+
+def check_adaptive(cfg: DictConfig, lr_from_rule: Callable[[DictConfig], bool]) -> None:
+    """Refuse, with one line, a schedule / per-prompt n setting the isocompute trainer cannot honour.
+
+    ``lr_from_rule``: :func:`verl_isocompute.training.config.lr_from_rule` (whether ``optim.lr`` is the rule's),
+    passed in because that module calls this one.
+    """
+    schedule = _block(cfg, SCHEDULE, SCHEDULE_KEYS)
+    per_prompt = _block(cfg, PER_PROMPT, PER_PROMPT_KEYS)
+    on = [path for path, block in ((SCHEDULE, schedule), (PER_PROMPT, per_prompt)) if block is not None]
+    if not on:
+        return
+    named = " and ".join(f"{p}.enable=true" for p in on)
+    if select(cfg, "trainer.v1.trainer_mode") != TRAINER:
+        raise AdaptiveError(f"{named} is applied by the isocompute trainer only: add `+isocompute=[run_log]` "
+                            f"(trainer.v1.trainer_mode={TRAINER}), or drop it")
+    actor, b_problem = cfg.actor_rollout_ref.actor, int(select(cfg, verl_keys.B_PROBLEM))
+    if int(actor.ppo_mini_batch_size) != b_problem or int(actor.ppo_epochs) != 1:
+        raise AdaptiveError(
+            f"{named} needs one mini-batch and one epoch per step (verl sizes a mini-batch as ppo_mini_batch_size x "
+            f"rollout.n rows): set actor_rollout_ref.actor.ppo_mini_batch_size={b_problem} (= data.train_batch_size) "
+            f"and ppo_epochs=1 (got {actor.ppo_mini_batch_size} and {actor.ppo_epochs})")
+    adaptive = build_adaptive(cfg)  # the rules' own checks (curve, grid, budget, bounds), as one line each
+    if schedule is not None and not lr_from_rule(cfg):
+        raise AdaptiveError(f"{SCHEDULE}.enable=true sets the lr of each step from isocompute.lr, but "
+                            "actor_rollout_ref.actor.optim.lr (or lr_warmup_steps) was set by hand: drop it, or "
+                            "set isocompute.lr.base_lr / warmup_steps instead")
+    if per_prompt is not None:
+        grid = adaptive.schedule.grid if adaptive.schedule is not None else (adaptive.n,)
+        lo, _ = adaptive.per_prompt.bounds(min(grid))
+        hi = adaptive.per_prompt.n_max
+        if lo > min(grid) or (hi is not None and hi < max(grid)):
+            raise AdaptiveError(f"{PER_PROMPT}: n_min {lo} and n_max {'null' if hi is None else hi} must bracket every step's n {sorted(set(grid))} "
+                                "(a step's budget is b_problem x n): lower n_min or raise n_max")
+
+
+def _n_train(cfg: DictConfig) -> int | None:
+    if select(cfg, "algorithm.adv_estimator") != DECOUPLED_ESTIMATOR:
+        return None
+    n_train = select(cfg, "isocompute.decoupled.n_train")
+    return None if n_train is None else int(n_train)
+
+
+def build_adaptive(cfg: DictConfig) -> AdaptiveN | None:
+    """The run's :class:`AdaptiveN`, or None when both blocks are off. Raises :class:`AdaptiveError`."""
+    from verl_isocompute.scaling.curve import CurveError, load_curve
+    from verl_isocompute.scaling.schedule import NSchedule, ScheduleError
+    from verl_isocompute.training import resolvers
+
+    schedule_block = _block(cfg, SCHEDULE, SCHEDULE_KEYS)
+    per_prompt_block = _block(cfg, PER_PROMPT, PER_PROMPT_KEYS)
+    if schedule_block is None and per_prompt_block is None:
+        return None
+    b_problem, n, n_train = int(select(cfg, verl_keys.B_PROBLEM)), int(select(cfg, verl_keys.N)), _n_train(cfg)
+    schedule = None
+    if schedule_block is not None:
+        curve = schedule_block.get("curve") or select(cfg, "isocompute.allocation.curve")
+        budget = schedule_block.get("budget_rollouts") or select(cfg, "isocompute.allocation.budget_rollouts")
+        tokens = schedule_block.get("mean_response_tokens") or select(cfg, "isocompute.allocation.mean_response_tokens")
+        if not curve or not budget:
+            raise AdaptiveError(f"{SCHEDULE}.enable=true needs a curve and a budget: set {SCHEDULE}.curve (a curve.json or "
+                                f"paper:<preset>) and {SCHEDULE}.budget_rollouts, or enable isocompute.allocation with them")
+        decision = resolvers.lr_decision(cfg)
+        try:
+            schedule = NSchedule(
+                load_curve(curve), b_problem, budget, n_grid=schedule_block.get("n_grid"),
+                margin=schedule_block.get("margin", 0.1), mean_response_tokens=tokens, base_lr=decision.base_lr,
+                b_ref=decision.b_ref, lr_rule="constant" if decision.rule == "null" else decision.rule,
+                warmup_steps=decision.warmup_steps, n_train=n_train)
+        except (CurveError, ScheduleError) as exc:
+            raise AdaptiveError(f"{SCHEDULE}: {exc}") from None
+    per_prompt = None
+    if per_prompt_block is not None:
+        n_min, n_max = per_prompt_block.get("n_min", 2), per_prompt_block.get("n_max")
+        weight = per_prompt_block.get("curation_weight", 1.0)
+        if not (isinstance(n_min, int) and n_min >= 2) or not (n_max is None or isinstance(n_max, int) and n_max >= n_min):
+            raise AdaptiveError(f"{PER_PROMPT}: need integers 2 <= n_min <= n_max (a group of 1 has no baseline; n_max "
+                                f"null: 4 x the step's n), got n_min={n_min!r}, n_max={n_max!r}")
+        if not (isinstance(weight, (int, float)) and not isinstance(weight, bool) and weight >= 0):
+            raise AdaptiveError(f"{PER_PROMPT}.curation_weight must be a number >= 0, got {weight!r}")
+        if n_train is not None and n_min < n_train:
+            raise AdaptiveError(f"{PER_PROMPT}.n_min={n_min} is below isocompute.decoupled.n_train={n_train}: the decoupled "
+                                f"baseline trains on n_train rollouts of every group; set n_min >= {n_train}")
+        per_prompt = PerPromptSettings(n_min, n_max, float(weight))
+    return AdaptiveN(n, b_problem, schedule, per_prompt)
+
+
+def header(adaptive: AdaptiveN | None) -> dict[str, Any]:
+    """What the run log's header records of the two features (nothing when both are off)."""
+    if adaptive is None:
+        return {}
+    out: dict[str, Any] = {}
+    if adaptive.schedule is not None:
+        out["schedule"] = adaptive.schedule.header()
+    if adaptive.per_prompt is not None:
+        settings = adaptive.per_prompt
+        out["per_prompt_n"] = {"n_min": settings.n_min, "n_max": settings.n_max, "curation_weight": settings.curation_weight}
+    return out
