@@ -66,8 +66,10 @@ def test_n_follows_the_curve_and_each_run_ends_at_its_budget(scheduled):
         c = row["rollouts"]
     assert "[isocompute] schedule: step 3 runs at n = 4" in first.stdout
     assert "[isocompute] schedule: step 6 runs at n = 8" in resumed.stdout
+    # a resumed run keeps the header its first attempt wrote (runlog.RunLog.write_header): the extended budget
+    # is in the checkpoint's schedule state (the test below) and in the rows, not in the header
     header = resumed.run_log[0]["header"]
-    assert header["schedule"]["budget_rollouts"] == 200 and header["schedule"]["n_grid"] == [2, 4, 8]
+    assert header["schedule"]["budget_rollouts"] == 100 and header["schedule"]["n_grid"] == [2, 4, 8]
 
 
 def test_lr_follows_the_rule_at_each_steps_batch_with_the_warm_up_in_updates(scheduled):
@@ -97,10 +99,10 @@ N, STEPS = 4, 2
 
 @pytest.fixture(scope="module")
 def per_prompt(tmp_path_factory, isocompute_cache, tiny_model_path):
-    from verl_isocompute.data.arithmetic import ArithmeticSpec, write_arithmetic_dataset
+    from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
 
     root = tmp_path_factory.mktemp("per_prompt")
-    train, val = write_arithmetic_dataset(root / "data", ArithmeticSpec(train_size=32, val_size=8))
+    train, val = write_arithmetic_dataset(root / "data", ArithmeticConfig(train_size=32, val_size=8))
     frame = pd.read_parquet(train)
     frame["extra_info"] = [{**info, "difficulty_avg_at_k": AVG_AT_16[i % 4], "difficulty_k": 16}
                            for i, info in enumerate(frame["extra_info"])]
