@@ -525,6 +525,7 @@ def test_the_01_import_path_still_has_the_hook_and_the_rule():
     assert (old.format_decision, old.allocate, old.Allocation) == (rule.format_decision, rule.allocate, rule.Allocation)
 
 
+@pytest.mark.e2e  # the example in a fresh process (imports verl's main_ppo)
 def test_the_documented_entry_point_runs(tmp_path):
     """docs/ALLOCATION.md's example, run with hydra as written; verl's run_ppo is the one name replaced, by a
     function that takes exactly verl's arguments (the example once called it without task_runner_class). The

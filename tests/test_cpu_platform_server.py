@@ -28,6 +28,7 @@ def test_cpu_platform_answers_like_a_device_without_memory():
     assert torch.equal(a, torch.rand(3))
 
 
+@pytest.mark.e2e  # verl imported in a fresh process
 def test_cpu_platform_is_never_auto_detected():
     assert PlatformCPU().is_platform_available(use_smi_check=True) is False
     env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
@@ -60,6 +61,7 @@ def _fire(server, prompts, params):
     return asyncio.run(go())
 
 
+@pytest.mark.e2e  # a real Ray instance
 def test_concurrent_requests_are_sampled_as_one_batch(ray_server):
     import ray
 
@@ -72,6 +74,7 @@ def test_concurrent_requests_are_sampled_as_one_batch(ray_server):
     assert all(len(o.token_ids) == 6 and len(o.log_probs) == 6 for o in outs)
 
 
+@pytest.mark.e2e  # a real Ray instance
 def test_new_weights_are_used_for_the_next_rollout(ray_server, tiny_model_path):
     import ray
     from transformers import AutoModelForCausalLM
@@ -90,6 +93,7 @@ def test_new_weights_are_used_for_the_next_rollout(ray_server, tiny_model_path):
     assert new.extra_fields["global_steps"] == 7
 
 
+@pytest.mark.e2e  # verl imported in a fresh process
 def test_plugin_registers_whatever_is_imported_first():
     """Importing our CPU helpers before verl must not break the plugin (verl would hide the error)."""
     env = {**os.environ, "VERL_PLATFORM": "cpu"}
@@ -113,6 +117,7 @@ def test_cpu_threads_replace_rays_one_thread(monkeypatch):
     assert record_cpu_threads() == 5 and os.environ[THREADS_ENV] == "5"
 
 
+@pytest.mark.e2e  # verl imported in a fresh process
 def test_cpu_runtime_keeps_the_threads_past_transfer_queue():
     """In a process started as Ray starts workers (OMP_NUM_THREADS=1), with TransferQueue imported first (it
     remembers the thread count it saw and restores it after each tensor copy), the CPU runtime's thread count holds."""

@@ -6,6 +6,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # each test runs the command, which checks verl in fresh processes
+
 BREAK_TRAINER = """
 import importlib.abc, sys
 class _Broken(importlib.abc.MetaPathFinder):

@@ -123,6 +123,7 @@ def test_the_search_keeps_only_rungs_verls_filter_keeps(tmp_path, tok):
                     f"shortest guided prompt has {shortest} tokens, set data.max_prompt_length={shortest} or more")
 
 
+@pytest.mark.e2e  # the command in a fresh process (imports verl)
 def test_prefix_search_where_no_rung_fits_stops_with_one_line(tmp_path, tiny_model_path):
     """Today: exit 0, every problem skipped as prompt_too_long, "all decided by the cache" with nothing cached.
     Now exit 2 before any Ray start, naming data.max_prompt_length; nothing is written."""
@@ -137,6 +138,7 @@ def test_prefix_search_where_no_rung_fits_stops_with_one_line(tmp_path, tiny_mod
     assert not (tmp_path / "out" / "rungs.jsonl").exists() and "all decided" not in proc.stderr
 
 
+@pytest.mark.e2e  # python -m verl_isocompute.main in a fresh process
 def test_a_guided_run_whose_rows_verl_would_drop_refuses_before_it_starts(tmp_path, tiny_model_path):
     """The real entry point, the guided recipe on the CPU overlay with its old 96-token prompts (given here on
     the command line): before, verl dropped every guided row and the run trained unguided with exit 0; now

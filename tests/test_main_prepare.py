@@ -63,6 +63,7 @@ def test_unknown_model_path_names_the_fix(tmp_path):
         prepare_model(cfg)
 
 
+@pytest.mark.e2e  # python -m verl_isocompute.main in a fresh process
 def test_command_line_error_is_one_clear_line():
     proc = subprocess.run(
         [sys.executable, "-m", "verl_isocompute.main", "--config-name", "cpu_demo", "actor_rollout_ref.rollout.name=sglang"],

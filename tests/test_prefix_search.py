@@ -173,6 +173,7 @@ def test_missing_file_and_wrong_solution_key_are_clear_errors(tmp_path):
     assert not (tmp_path / "out").exists()  # nothing written, nothing started
 
 
+@pytest.mark.e2e  # the command in a fresh process, past its config (imports verl)
 def test_overrides_may_follow_the_options(tmp_path):
     worked_arithmetic(2).to_parquet(tmp_path / "d.parquet")
     proc = _cli(tmp_path / "d.parquet", "-o", tmp_path / "out", "--k", "2", "isocompute.model=nosuch")

@@ -208,6 +208,7 @@ def groups_run(tmp_path_factory, isocompute_cache, tiny_model_path) -> Run:
         "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
         "isocompute.cpu.dtype=bfloat16",  # the one bf16 run (the others run the overlay's fp32)
         "trainer.total_training_steps=2", "trainer.val_before_train=false", f"trainer.rollout_data_dir={run_dir}/rollouts",
+        "trainer.test_freq=-1",  # no validation: nothing here reads it (the Easy run checks validation)
         "actor_rollout_ref.rollout.agent.default_agent_loop=isocompute_test_failing",
         env=fixture_env("failing_agent_loop", ISOCOMPUTE_FAILURE_LOG=str(run_dir.parent / "failures.jsonl")),
     )
@@ -281,6 +282,7 @@ def decoupled_run(tmp_path_factory, isocompute_cache, tiny_model_path) -> Run:
         "algorithm.adv_estimator=isocompute_grpo_decoupled", "isocompute.decoupled.n_train=2",
         "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
         "trainer.total_training_steps=2", "trainer.val_before_train=false", "trainer.resume_mode=disable",
+        "trainer.test_freq=-1",  # no validation: nothing here reads it
     )
 
 

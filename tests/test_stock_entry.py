@@ -98,6 +98,7 @@ def _main_ppo(*args: str, env: dict | None = None) -> subprocess.CompletedProces
                           timeout=300, env={**os.environ, **(env or {})}, cwd="/")
 
 
+@pytest.mark.e2e  # three fresh main_ppo processes
 def test_recipes_are_found_the_verl_way_and_resolve_the_rule(tmp_path, tiny_model_path, data_files):
     """`--config-name` alone, with `hydra.searchpath=[pkg://...]`, and with `--config-path` (the documented ways)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -116,6 +117,7 @@ def test_recipes_are_found_the_verl_way_and_resolve_the_rule(tmp_path, tiny_mode
         assert cfg["trainer"]["v1"]["trainer_mode"] == "isocompute"
 
 
+@pytest.mark.e2e  # main_ppo in a fresh process
 def test_cpu_platform_without_verl_platform_stops_with_one_line(tmp_path):
     proc = _main_ppo("--config-name", "cpu_demo", "isocompute.model=tiny", f"isocompute.run_dir={tmp_path}",
                      env={"VERL_PLATFORM": ""})
@@ -125,6 +127,7 @@ def test_cpu_platform_without_verl_platform_stops_with_one_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.e2e  # python -m verl_isocompute.main in a fresh process
 def test_our_entry_prints_the_resolved_config(tmp_path):
     """`python -m verl_isocompute.main ... --cfg job --resolve` prints the config a run would use: on the CPU
     platform it sets VERL_PLATFORM as it does for a run (it used to exit 1 asking for our own entry point)."""

@@ -1,13 +1,14 @@
-"""End to end on CPU with the tiny model: curate -> pilot sweep (interrupted and resumed) -> fit -> allocate ->
-train (through `isocompute demo`, so its allocation, progress and summary are checked on that run), and the
-same kind of sweep submitted as Ray jobs to a real local Ray head.
+"""End to end on CPU with the tiny model: curate -> pilot sweep (interrupted, then resumed as Ray jobs on a real
+local Ray head) -> fit -> allocate -> train (through `isocompute demo`, so its allocation, progress and summary are
+checked on that run).
 
-Every cell is a real verl run (~1 minute each on 2 cores), so the grids are tiny: the workflow's 2 x 2 grid
-(B_problem 2, 4 x n 4, 8) has a budget of 16 rollouts per cell, so the 4 x 8 cell is reported as below one
-step and three cells run; the Ray sweep has two cells, run at the same time. (n >= 4: the CPU recipe's
-micro-batches of 8 sequences must divide a step's rollouts.) The pilot is far too small for an n*(C) curve
-(4 validation points per n are needed), so the workflow allocates from a paper preset, as the example
-script does when the fit finds no curve; the fitted path is covered with synthetic logs in
+Every cell is a real verl run (~1 minute each on 2 cores), so the grid is tiny: 2 x 2 (B_problem 2, 4 x n 4, 8)
+with a budget of 16 rollouts per cell, so the 4 x 8 cell is reported as below one step and three cells run. The
+first cell runs and the second is stopped by SIGTERM on this machine (the local executor); the same command with
+--ray-address then resumes the sweep on the Ray head, where the two cells left run at the same time, each a Ray
+job. (n >= 4: the CPU recipe's micro-batches of 8 sequences must divide a step's rollouts.) The pilot is far too
+small for an n*(C) curve (4 validation points per n are needed), so the workflow allocates from a paper preset,
+as the example script does when the fit finds no curve; the fitted path is covered with synthetic logs in
 test_sweep_plan.py.
 """
 
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -77,6 +79,7 @@ def workflow(tmp_path_factory, tiny_model_path):
         "name": "pilot", "recipe": "cpu_demo", "overrides": ["isocompute.model=tiny", PARITY_REWARD],
         "data": {"train_files": "curated/sets/easy/train.parquet", "val_files": "curated/sets/easy/val.parquet"},
         "budget_rollouts": 16, "b_problem": [2, 4], "n": [4, 8], "test_freq": 1, "fit": {"bootstrap": 0},
+        "ray": {"max_concurrent": 2, "python": sys.executable},  # used only with --ray-address (the resume)
     }))
     sweep_dir = root / "runs" / "pilot"
     out["dry_run"] = _cli("sweep", "--plan", plan, "--dry-run")
@@ -109,8 +112,12 @@ def workflow(tmp_path_factory, tiny_model_path):
     out["interrupted_state"] = _state(sweep_dir)
     out["interrupted_output"] = (root / "sweep1.log").read_text()
 
-    # 4. the same command again: resumes and fits
-    out["resumed"] = _cli("sweep", "--plan", plan, "--no-progress")
+    # 4. the same command again, on a Ray cluster: resumes (the two cells left as Ray jobs, at the same time) and fits
+    from ray.job_submission import JobSubmissionClient
+
+    with ray_head() as (address, env):
+        out["resumed"] = _cli("sweep", "--plan", plan, "--ray-address", address, "--no-progress", env=env)
+        out["jobs"] = {j.submission_id: j for j in JobSubmissionClient(address).list_jobs()}
     out["state"] = _state(sweep_dir)
 
     # 5. allocate a budget from the pilot's curve, or from the paper preset if the pilot fitted none
@@ -191,6 +198,7 @@ def test_resumed_sweep_completes_every_cell_once(workflow):
     assert cells["b2_n4"]["attempts"] == 1 and cells["b2_n8"]["attempts"] == 2 and cells["b4_n4"]["attempts"] == 1
     assert (sweep_dir / "cells" / "b2_n4" / "isocompute.jsonl").read_text() == workflow["first_cell_log"]
     assert (sweep_dir / "attempts" / "b2_n8-attempt1").is_dir()
+    assert cells["b2_n4"]["executor"] == "local" and {cells[c]["executor"] for c in ("b2_n8", "b4_n4")} == {"ray"}
     for cell, (b, n, steps) in {"b2_n4": (2, 4, 2), "b2_n8": (2, 8, 1), "b4_n4": (4, 4, 1)}.items():
         rows = _rows(sweep_dir / "cells" / cell / "isocompute.jsonl")
         assert rows[0]["header"]["n"] == n and rows[0]["header"]["b_problem"] == b
@@ -201,7 +209,7 @@ def test_resumed_sweep_completes_every_cell_once(workflow):
 def test_sweep_ran_the_fit(workflow):
     fit = workflow["state"]["fit"]
     fit_dir = workflow["sweep_dir"] / "fit"
-    assert fit["runs"] == 3
+    assert fit["runs"] == 3  # the cell run here and the two run as Ray jobs
     # three one- or two-step runs cannot give a curve the 4 points per n it needs: the sweep says so
     assert fit["status"] == "no_curve" and "4 validation points" in fit["reason"], fit
     for name in ("frontier.csv", "records.csv", "fits.csv", "report.md"):
@@ -255,8 +263,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def ray_head(isocompute_cache):
+@contextmanager
+def ray_head():
     """A real Ray head on 127.0.0.1 (logical GPUs for verl's pools), stopped by its own pid at the end.
 
     Its temp dir is private, so `ray.init()` elsewhere on this shared machine never finds it, and token
@@ -296,40 +304,25 @@ def ray_head(isocompute_cache):
         log.close()
 
 
-def test_sweep_as_ray_jobs_on_a_local_head(tmp_path, tiny_model_path, ray_head):
-    from ray.job_submission import JobSubmissionClient
-
-    from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
-
-    address, env = ray_head
-    train, val = write_arithmetic_dataset(tmp_path / "data", ArithmeticConfig(train_size=16, val_size=4))
-    plan = tmp_path / "ray.yaml"
-    plan.write_text(yaml.safe_dump({
-        "name": "raysweep", "recipe": "cpu_demo", "overrides": ["isocompute.model=tiny", PARITY_REWARD],
-        "data": {"train_files": str(train), "val_files": str(val)},
-        "budget_rollouts": 16, "b_problem": [2], "n": [4, 8], "test_freq": 1, "fit": {"bootstrap": 0},
-        "ray": {"max_concurrent": 2, "python": sys.executable},
-    }))
-    proc = _cli("sweep", "--plan", plan, "--ray-address", address, "--no-progress", env=env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    sweep_dir = tmp_path / "runs" / "raysweep"
-    cells = _state(sweep_dir)["cells"]
-    assert {k: r["status"] for k, r in cells.items()} == {"b2_n4": "done", "b2_n8": "done"}
-    for cell, steps in (("b2_n4", 2), ("b2_n8", 1)):
-        assert cells[cell]["executor"] == "ray" and cells[cell]["job_id"].startswith(f"isocompute-raysweep-{cell}-")
+def test_sweep_as_ray_jobs_on_a_local_head(workflow):
+    """The resume with --ray-address: each cell left is a Ray job of its own on the head, both at the same time."""
+    assert workflow["resumed"].returncode == 0, workflow["resumed"].stdout[-2000:] + workflow["resumed"].stderr[-4000:]
+    sweep_dir = workflow["sweep_dir"]
+    cells = workflow["state"]["cells"]
+    for cell, steps in (("b2_n8", 1), ("b4_n4", 1)):
+        assert cells[cell]["executor"] == "ray" and cells[cell]["job_id"].startswith(f"isocompute-pilot-{cell}-")
         assert _steps(sweep_dir / "cells" / cell) == list(range(1, steps + 1))
         assert "Training Progress" in (sweep_dir / "cells" / cell / "verl.log").read_text()  # the job's logs
     # both cells ran at the same time on the cluster
-    a, b = cells["b2_n4"], cells["b2_n8"]
+    a, b = cells["b2_n8"], cells["b4_n4"]
     assert a["started"] < b["finished"] and b["started"] < a["finished"]
-    jobs = {j.submission_id: j for j in JobSubmissionClient(address).list_jobs()}
+    jobs = workflow["jobs"]
     assert set(jobs) == {a["job_id"], b["job_id"]}
     for job in jobs.values():
         cell = job.metadata["cell"]
         assert job.status.value == "SUCCEEDED" and job.driver_exit_code == 0
         assert job.entrypoint.startswith("RAY_ADDRESS=local ")  # each cell in a Ray instance of its own
         assert job.runtime_env["env_vars"]["VERL_FILE_LOGGER_PATH"] == str(sweep_dir / "cells" / cell / "verl_metrics.jsonl")
-    assert _state(sweep_dir)["fit"]["runs"] == 2
 
 
 def test_unreachable_ray_address_is_a_clear_error(tmp_path):
