@@ -57,7 +57,7 @@ def test_names_moved_out_of_a_split_module_still_import_with_a_warning(old):
         ("verl_isocompute.workflow.prefix_search", "PrefixSearchSettings", "PrefixSearchConfig"),
         ("verl_isocompute.scaling.pipeline", "FitOptions", "FitConfig"),
         ("verl_isocompute.workflow.sweep.executors", "RayOptions", "RayConfig"),
-        ("verl_isocompute.guided.recipe", "GuideOptions", "GuideConfig"),
+        ("verl_isocompute.guided.mixture", "GuideOptions", "GuideConfig"),
         ("verl_isocompute.data.arithmetic", "ArithmeticSpec", "ArithmeticConfig"),
         ("verl_isocompute.data.worked", "WorkedSpec", "WorkedConfig"),
     ],

@@ -14,10 +14,10 @@ from verl_isocompute.data.problems import problem_id
 from verl_isocompute.data.worked import worked_arithmetic
 from verl_isocompute.errors import CurateError
 from verl_isocompute.guided import placement as G
-from verl_isocompute.guided import prefix_search as ps
+from verl_isocompute.guided import search_tables as ps
 from verl_isocompute.guided import spend
 from verl_isocompute.guided.prefixes import prefix_ladder
-from verl_isocompute.guided.search import next_rungs
+from verl_isocompute.guided.search_rules import next_rungs
 from verl_isocompute.workflow.sample_cache import SampleCache
 
 SOLUTION = "a = 1\nb = 2\nc = 3\nd = 4\nThe answer is \\boxed{10}.\n"
@@ -136,7 +136,7 @@ def test_guided_dataset_uses_the_searched_prefix_and_counts_the_rest(tmp_path):
 
 
 def test_recipe_key_and_guide_command_take_the_search(tmp_path):
-    from verl_isocompute.guided.recipe import GuideConfig
+    from verl_isocompute.guided.mixture import GuideConfig
 
     frame = worked_arithmetic(3, terms=5)
     frame.to_parquet(tmp_path / "train.parquet")

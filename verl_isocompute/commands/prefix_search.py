@@ -35,7 +35,7 @@ TRAILING = "data"  # key=value overrides may follow the options (commands/cli.py
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from verl_isocompute.guided.placement import PLACEMENTS
-    from verl_isocompute.guided.search import RULES
+    from verl_isocompute.guided.search_rules import RULES
     from verl_isocompute.workflow import prefix_search as ps
 
     from verl_isocompute.settings import add_setting
@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from verl_isocompute.guided.prefix_search import PLOT_FILE, PREFIXES_FILE, RECORDS_FILE
+    from verl_isocompute.guided.search_tables import PLOT_FILE, PREFIXES_FILE, RECORDS_FILE
     from verl_isocompute.settings import from_args
     from verl_isocompute.workflow import prefix_search as ps
     from verl_isocompute.workflow.launch import Interrupted

@@ -53,7 +53,7 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_isocompute.guided import check as guided_check
-from verl_isocompute.guided import recipe as guided_recipe
+from verl_isocompute.guided import mixture as guided_mixture
 from verl_isocompute.guided import training_set as guided_training_set
 from verl_isocompute.guided.metrics import guided_metrics
 from verl_isocompute.runlog import VAL_PREFIX, VERL_METRICS, RunLogWriter, metric_key
@@ -130,13 +130,13 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunRecordMixin, PhaseAnnouncer, PP
     def _prepare_guided(self, config) -> None:
         """docs/GUIDED.md: validation on unguided problems only; the guided mixture when main_ppo started the run
         (our entry point has made it already; verl builds the datasets after this); the guidance spend, read once."""
-        guided_recipe.check_validation_files(config)
-        guided_recipe.prepare_guided(config)
+        guided_mixture.check_validation_files(config)
+        guided_mixture.prepare_guided(config)
         guided_training_set.check_guided_lengths(config)  # no guided row dropped or cut by verl's length limit
         problems = guided_training_set.training_problems(config)  # the spend counts only the problems trained on
-        self.guidance_spend = guided_recipe.guidance_spend(config, problems)
+        self.guidance_spend = guided_mixture.guidance_spend(config, problems)
         self.spend_problems = None if problems is None else len(problems)
-        self.with_guidance = bool(guided_recipe.spend_locations(guided_recipe.guided_block(config)))
+        self.with_guidance = bool(guided_mixture.spend_locations(guided_mixture.guided_block(config)))
 
     def _build_replay_buffer(self):
         """verl's replay buffer, which must evict a group with a failed rollout and sample a fresh prompt in

@@ -126,7 +126,7 @@ def write_outputs(
 
 
 def render_report(summary: dict[str, Any], settings: dict[str, Any], skipped: pd.DataFrame) -> str:
-    from verl_isocompute.guided.prefix_search import sampled_in
+    from verl_isocompute.guided.search_tables import sampled_in
 
     k = settings["k"]
     t = summary["thresholds"]

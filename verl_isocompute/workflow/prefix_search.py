@@ -20,7 +20,7 @@ sampling as curation, :mod:`verl_isocompute.workflow.rollouts`):
    (:mod:`verl_isocompute.guided.lengths`: for the assistant placement verl measures more than is sent), so
    a chosen prefix is never dropped by the training run; the ladder ends at the first rung that does not fit,
    and a search in which no rung of any problem fits stops with one line naming ``data.max_prompt_length``;
-3. rounds: :func:`verl_isocompute.guided.search.next_rungs` names the next rung of every problem still pending;
+3. rounds: :func:`verl_isocompute.guided.search_rules.next_rungs` names the next rung of every problem still pending;
    k guided responses are sampled at each, scored (the reward sees the continuation only, as in training),
    and one record per (problem, rung) is appended to ``rungs.jsonl``; until nothing is pending. Ray and the
    rollout replicas are started once for all rounds, and not at all when the cache already decides.
@@ -30,7 +30,7 @@ solution, trace choice or tokenizer makes it stale; it still counts in the spend
 keeps what makes records comparable (model, sampling, k, reward, placement, source): a rerun with any of
 these changed is an error naming ``--restart``. The rule, band and ``max_fraction`` may change between runs.
 
-The outputs and every pure part (tables, spend, report, plot) are :mod:`verl_isocompute.guided.prefix_search`.
+The outputs and every pure part (tables, spend, report, plot) are :mod:`verl_isocompute.guided.search_tables`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from verl_isocompute.data.difficulty import DEFAULT_K
 from verl_isocompute.data.problem_sets import load_parquet, screen
 from verl_isocompute.errors import CurateError
 from verl_isocompute.guided.placement import ASSISTANT, PLACEMENTS, USER, assistant_turn, user_turn
-from verl_isocompute.guided.prefix_search import (
+from verl_isocompute.guided.search_tables import (
     DEFAULT_BAND,
     PROMPT_TOO_LONG,
     RECORDS_FILE,
@@ -60,7 +60,7 @@ from verl_isocompute.guided.prefix_search import (
     write_outputs,
 )
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION
-from verl_isocompute.guided.search import CHOSEN, EXHAUSTED, PENDING, POPE, RULES, Decision, decisions, next_rungs
+from verl_isocompute.guided.search_rules import CHOSEN, EXHAUSTED, PENDING, POPE, RULES, Decision, decisions, next_rungs
 from verl_isocompute.settings import setting
 from verl_isocompute.workflow.sample_cache import SampleCache
 
@@ -178,7 +178,7 @@ def prefix_search(settings: PrefixSearchConfig, log: Callable[[str], None] = _st
     frame, screened = screen(load_parquet(settings.data), check_answers=settings.check_answers)
     solutions = None
     if settings.traces:
-        from verl_isocompute.guided.recipe import trace_solutions
+        from verl_isocompute.guided.mixture import trace_solutions
         from verl_isocompute.guided.traces import TracesError
 
         try:

@@ -18,7 +18,7 @@ correct by the rule training uses (:func:`verl_isocompute.training.metrics.is_co
 ``acc`` is true, or, for a reward that does not give one, when the score exceeds 0.5. Problems are processed with at most ``concurrency`` in flight; each is handed to a callback
 as soon as its k scores are in (the cache appends it), so an interruption loses only the ones in flight.
 Ray and the replicas are started once (:func:`running`) for any number of batches: curation samples one,
-the prefix search (:mod:`verl_isocompute.guided.prefix_search`) one per round.
+the prefix search (:mod:`verl_isocompute.workflow.prefix_search`) one per round.
 
 Ray: a private local instance with the recipe's ``ray_kwargs.ray_init`` (on the CPU platform: logical
 GPUs for the resource pool), or an existing cluster when an address is given (then the cluster must

@@ -37,7 +37,7 @@ infinite value is an error instead. A value that is not a number (a string, ``tr
 dropped silently, since dropping it would drop its column (and C would be re-derived) or its run: it is
 an error naming the file, the line and the key. The exception is a key that holds no number at all in a
 file (a tag, a note): it is not a metric and is left out, unless it is the metric being fitted
-(:attr:`RunLogs.text_cells`, checked by :func:`~verl_isocompute.scaling.frontier.validation_points`).
+(:attr:`RunLogs.text_cells`, checked by :func:`~verl_isocompute.scaling.points.validation_points`).
 """
 
 from __future__ import annotations

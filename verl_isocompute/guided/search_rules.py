@@ -15,7 +15,7 @@ records ``{"id", "rung", "k", "correct"}``. Two rules decide from those records:
 Both only ever move up the ladder from rung 1, so a problem needs at most one new rung per round, and the
 records alone say where each problem stands: a search resumed from its record file continues where it
 stopped (:func:`next_rungs`). Sampling is not here: the driver is
-:mod:`verl_isocompute.guided.prefix_search` (``isocompute prefix-search``).
+:mod:`verl_isocompute.workflow.prefix_search` (``isocompute prefix-search``).
 """
 
 from __future__ import annotations

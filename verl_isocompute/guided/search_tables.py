@@ -9,7 +9,7 @@ PrefixRL (arXiv 2601.18795) sets the difficulty of a guided problem by its prefi
 - :func:`problems_of`: each problem's prefix ladder (:func:`verl_isocompute.guided.prefixes.prefix_ladder`:
   rung r = the first r steps) from its solution column or its PrefixRL trace, or the reason it has none;
 - :func:`prefixes_table`: the records of the sampled rungs -> one row per problem under a rule of
-  :mod:`verl_isocompute.guided.search` (``pope`` / ``band``); :func:`spend_of`: the rollouts they cost;
+  :mod:`verl_isocompute.guided.search_rules` (``pope`` / ``band``); :func:`spend_of`: the rollouts they cost;
 - :func:`read_chosen` / :func:`searched_placement`: the table read back by ``isocompute guide --prefixes`` and
   ``isocompute.guided.prefixes``, each problem guided at its chosen prefix;
 - :func:`write_outputs`: ``prefixes.parquet`` (one row per problem: status chosen / exhausted / skipped, the
@@ -38,7 +38,7 @@ from verl_isocompute.data.problems import ground_truth_of, messages_of
 from verl_isocompute.guided import spend
 from verl_isocompute.guided.placement import NO_TRACE, NO_USER_TURN, USER
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION, Prefix, lookup, prefix_ladder, skip_reason
-from verl_isocompute.guided.search import CHOSEN, EXHAUSTED, POPE, Decision, decisions
+from verl_isocompute.guided.search_rules import CHOSEN, EXHAUSTED, POPE, Decision, decisions
 from verl_isocompute.jsonl import plain
 
 RECORDS_FILE = "rungs.jsonl"
