@@ -56,7 +56,7 @@ from verl_isocompute.guided import check as guided_check
 from verl_isocompute.guided import mixture as guided_mixture
 from verl_isocompute.guided import training_set as guided_training_set
 from verl_isocompute.guided.metrics import guided_metrics
-from verl_isocompute.runlog import VAL_PREFIX, VERL_METRICS, RunLogWriter, metric_key
+from verl_isocompute.runlog import PREFIX_CHECK_TIMING, VAL_PREFIX, VERL_METRICS, RunLogWriter, metric_key
 from verl_isocompute.training import metrics as iso_metrics
 from verl_isocompute.training.adaptive_trainer import AdaptiveTrainerMixin
 from verl_isocompute.training.advantage import estimator_context
@@ -71,6 +71,7 @@ from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE, lr_for_update
 from verl_isocompute.training.masks import StepMasks, accuracy, check_one_output_per_session, row_ids, step_masks
 from verl_isocompute.training.names import (
     DECOUPLED_ESTIMATOR,
+    OFF,
     REG_MASK_FIELD,
     REGULARIZERS,
     ROW_ID_FIELD,
@@ -116,7 +117,7 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunRecordMixin, PhaseAnnouncer, PP
         """Our settings, checked before any worker starts (a bad one is a ValueError naming the key)."""
         check_group_size(config)
         check_trainer_settings(config)  # the same checks our entry point makes before Ray starts
-        self.zero_var_mode = str(OmegaConf.select(config, "isocompute.zero_variance.mode", default="off"))
+        self.zero_var_mode = str(OmegaConf.select(config, "isocompute.zero_variance.mode", default=OFF))
         self.n = int(config.actor_rollout_ref.rollout.n)
         self.b_problem = int(config.data.train_batch_size)
         self.decoupled = config.algorithm.adv_estimator == DECOUPLED_ESTIMATOR
@@ -238,7 +239,7 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunRecordMixin, PhaseAnnouncer, PP
             ids["prompts"].unbind(), ids["responses"].unbind(), ids["input_ids"].unbind(),
             [response_masks[i] for i in rows], [loss_masks[i] for i in rows], step=self.global_steps,
         )
-        metrics["timing_s/isocompute_prefix_check"] = time.perf_counter() - start
+        metrics[PREFIX_CHECK_TIMING] = time.perf_counter() - start
 
     def _log_masks(self, masks: StepMasks, acc: np.ndarray, uids: np.ndarray, metrics: dict) -> None:
         real = masks.real
