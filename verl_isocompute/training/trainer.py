@@ -109,7 +109,7 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunRecordMixin, PhaseAnnouncer, PP
         self._step_info: dict = {}
         self._expected_probes: dict = {}
         self._val_info: dict = {}
-        self._epoch_records: list[dict] = []
+        self._epoch_samples: list[dict] = []
         self._metrics_history = MetricsHistory()
 
     # -- set-up --------------------------------------------------------------------------------------
@@ -252,7 +252,7 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunRecordMixin, PhaseAnnouncer, PP
         metrics[metric_key("train_acc")] = float(acc[real].mean()) if real.any() else 0.0
         metrics[metric_key("padding_rows")] = masks.padding_rows
         metrics[metric_key("singleton_rows")] = masks.singleton_rows
-        self._epoch_records.extend({"uid": u, "acc": a} for u, a in zip(uids[real], acc[real], strict=True))
+        self._epoch_samples.extend({"uid": u, "acc": a} for u, a in zip(uids[real], acc[real], strict=True))
 
     # -- the actor update ----------------------------------------------------------------------------
     def _update_actor(self, batch, metrics: dict):
@@ -292,12 +292,12 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunRecordMixin, PhaseAnnouncer, PP
         scores = reward_extra_infos_dict["reward"]
         acc = reward_extra_infos_dict.get("acc") or [None] * len(scores)
         k = int(self.config.actor_rollout_ref.rollout.val_kwargs.n)
-        records, failed = iso_metrics.validation_records(
+        samples, failed = iso_metrics.validation_samples(
             sample_uids, data_sources,
             [float(iso_metrics.is_correct(s, a)) for a, s in zip(acc, scores, strict=True)],
             expected_counts=expected_acc_counts, default_n=k,
         )
-        self._val_info = iso_metrics.validation_metrics(records, k=k, prefix=VAL_PREFIX)
+        self._val_info = iso_metrics.validation_metrics(samples, k=k, prefix=VAL_PREFIX)
         self._val_info[f"{VAL_PREFIX}/failed_samples"] = failed
         metric_dict.update(self._val_info)
         return metric_dict
@@ -350,10 +350,10 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunRecordMixin, PhaseAnnouncer, PP
         self._charge_compute(metrics)
         row = self._row(global_steps, metrics)
         end_of_epoch = global_steps % max(1, self.steps_per_epoch) == 0
-        if self._epoch_records and (end_of_epoch or global_steps >= self.total_training_steps):
-            hist = iso_metrics.pass_rate_histogram(self._epoch_records, bins=self.pass_rate_bins)
+        if self._epoch_samples and (end_of_epoch or global_steps >= self.total_training_steps):
+            hist = iso_metrics.pass_rate_histogram(self._epoch_samples, bins=self.pass_rate_bins)
             row["train/pass_rate_hist"] = {**hist, "complete_epoch": end_of_epoch}
-            self._epoch_records = []
+            self._epoch_samples = []
         self.run_log.append(row)
         self._val_info = {}
         if self.adaptive is not None and global_steps < self.total_training_steps:
