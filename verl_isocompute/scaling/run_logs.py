@@ -56,7 +56,7 @@ from verl_isocompute.scaling import sources
 from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.scaling.log_files import find_logs, unreadable
 from verl_isocompute.scaling.log_readers import KEY_COLUMNS, RawRun, read_csv_log, read_jsonl_log
-from verl_isocompute.scaling.run_settings import RunSettings
+from verl_isocompute.scaling.run_settings import RunSettings, check_one_n
 from verl_isocompute.scaling.run_table import load_run_table
 
 RESPONSE_LENGTH = "response_length/mean"
@@ -208,6 +208,7 @@ def _finalize(raw: RawRun, settings: RunSettings, derive_compute: bool, notes: _
     step = cols["step"]
 
     meta: dict[str, Any] = {"run": raw.name, "path": str(raw.path), "format": raw.fmt}
+    check_one_n(raw.name, raw.header, cols)  # a per-prompt-n run has no one n (a schedule run: resolve)
     for key in ("n", "b_problem"):
         value, source = settings.resolve(raw.name, raw.path, raw.root, raw.fmt, cols.get(key), cols["step"], raw.header,
                                          key, notes)
