@@ -15,7 +15,6 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -93,27 +92,6 @@ def test_the_schedule_state_is_in_the_checkpoint_of_each_runs_last_step(schedule
     assert state["budget_rollouts"] == 200 and state["n"] == 8
 
 
-def _fit(capsys, log: Path, out: Path) -> tuple[int, str]:
-    from verl_isocompute.commands import cli
-
-    code = cli.main(["fit", str(log), "--out", str(out), "--bootstrap", "0"])
-    captured = capsys.readouterr()
-    assert captured.out == "" and "Traceback" not in captured.err and captured.err.count("\n") == 1, captured.err
-    assert not out.exists()  # nothing written
-    return code, captured.err
-
-
-def test_isocompute_fit_refuses_the_scheduled_run_in_one_line(scheduled, tmp_path, capsys):
-    """A per-n curve needs one n per run: the run's own log (n 2 -> 4 -> 8, the schedule in its header) and verl's
-    file logger's copy (isocompute/n per step, no header) are each refused with the run named and the fix."""
-    run_dir = scheduled[2].run_dir
-    code, err = _fit(capsys, run_dir, tmp_path / "out")
-    assert code == 2 and err.startswith(f"isocompute fit: error: {run_dir}: n changes mid-run (2 at step 1, 4 at step 3)")
-    assert "an n-schedule run (isocompute.schedule) has no one n" in err and "leave it out of RUNS" in err
-    code, err = _fit(capsys, run_dir / "verl_metrics.jsonl", tmp_path / "out")
-    assert code == 2 and "n changes mid-run (2 at step 1, 4 at step 3)" in err and "leave the run out of RUNS" in err
-
-
 # -- per-prompt n through verl's own main_ppo ---------------------------------------------------------
 AVG_AT_16 = (0.5, 0.0625, 0.9375, 0.25)  # curation's avg@16 of row i is AVG_AT_16[i % 4]
 N, STEPS = 4, 2
@@ -144,14 +122,14 @@ def per_prompt(tmp_path_factory, isocompute_cache, tiny_model_path):
                           cwd=root)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
     lines = [json.loads(line) for line in (run_dir / "isocompute.jsonl").read_text().splitlines()]
-    return frame, lines[0]["header"], lines[1:], run_dir
+    return frame, lines[0]["header"], lines[1:]
 
 
 def test_each_steps_n_i_are_the_allocation_for_its_prompts_and_sum_to_the_budget(per_prompt):
     from verl_isocompute.training.adaptive import AdaptiveN
     from verl_isocompute.training.per_prompt_n import allocate_rollouts, prior_from_curation
 
-    frame, header, rows, _ = per_prompt
+    frame, header, rows = per_prompt
     assert header["per_prompt_n"] == {"n_min": 2, "n_max": None, "curation_weight": 1.0}
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
     for row in rows:  # data.shuffle=false: step t trains rows 8(t-1) .. 8t-1, each seen for the first time
@@ -164,14 +142,3 @@ def test_each_steps_n_i_are_the_allocation_for_its_prompts_and_sum_to_the_budget
         assert 0 <= row["isocompute/zero_var_rollout_share"] <= 1
     # C counts every rollout sampled: B_problem x n a step, whatever the split
     assert [r["rollouts"] for r in rows] == [B_PROBLEM * N * (s + 1) for s in range(STEPS)]
-
-
-def test_isocompute_fit_refuses_the_per_prompt_run_in_one_line(per_prompt, tmp_path, capsys):
-    """Its groups have n_i rollouts each: refused from our run log (its header) and from verl's file logger (the
-    isocompute/group_n_min metric), the run named and the fix given."""
-    _, _, rows, run_dir = per_prompt
-    low, high = min(r["isocompute/group_n_min"] for r in rows), max(r["isocompute/group_n_max"] for r in rows)
-    for log in (run_dir, run_dir / "verl_metrics.jsonl"):
-        code, err = _fit(capsys, log, tmp_path / "out")
-        assert code == 2 and f"a per-prompt-n run (isocompute.per_prompt_n: n_i from {low:g} to {high:g})" in err, err
-        assert "leave it out of RUNS: fit the fixed-n runs" in err
