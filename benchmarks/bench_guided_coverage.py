@@ -35,7 +35,7 @@ import pandas as pd
 def fresh_coverage(search_dir: Path, hard_file: Path, args, overrides: list[str]) -> tuple[int, int, int]:
     """k new guided samples at every chosen prefix: (problems with >= 1 correct, problems, rollouts)."""
     from verl_isocompute.data.problem_sets import load_parquet, screen
-    from verl_isocompute.guided import prefix_search as ps
+    from verl_isocompute.guided import search_tables as ps
     from verl_isocompute.workflow.prefix_search import guided_prompts
     from verl_isocompute.workflow.rollouts import KSampler, running
     from verl_isocompute.workflow.sampling import sampling_config
@@ -75,7 +75,7 @@ def main() -> None:
     import torch
 
     from verl_isocompute.data.worked import worked_arithmetic
-    from verl_isocompute.guided import prefix_search as ps
+    from verl_isocompute.guided import search_tables as ps
     from verl_isocompute.guided import spend
     from verl_isocompute.workflow import prefix_search as search
     from verl_isocompute.guided.prefixes import prefix_ladder

@@ -138,14 +138,10 @@ def curate(args) -> Path:
     return out
 
 
-def train(args) -> Path:
-    """One training run of the recipe, validated on ``--split``; writes ``learning_run.json`` (command, wall time)."""
+def train_command(args, run_dir: Path) -> list[str]:
+    """The training run's command line: the recipe on the curated Easy set, validated on ``--split``."""
     sets = args.out / "curated" / "sets" / "easy"
-    run_dir = (args.out / (args.run or f"train-{args.split}")).absolute()
-    if (run_dir / "learning_run.json").is_file():
-        print(f"{run_dir} is already done (remove it to run again)")
-        return run_dir
-    cmd = [
+    return [
         sys.executable, "-m", "verl_isocompute.main", "--config-name", args.recipe, "+platform=cpu",
         "isocompute.model=smollm2", f"isocompute.cpu.dtype={args.dtype}", "isocompute.reuse_rollout_log_probs=true",
         f"data.train_files={(sets / 'train.parquet').absolute()}", f"data.val_files={(sets / f'{args.split}.parquet').absolute()}",
@@ -159,6 +155,16 @@ def train(args) -> Path:
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
         f"isocompute.run_dir={run_dir}", f"trainer.experiment_name={run_dir.name}", *args.overrides,
     ]
+
+
+def train(args, run_dir: Path | None = None) -> Path:
+    """One training run of the recipe, validated on ``--split``; writes ``learning_run.json`` (command, wall time).
+    ``run_dir``: where (default ``--out``/``--run``); a run that has its ``learning_run.json`` is skipped."""
+    run_dir = (run_dir or args.out / (args.run or f"train-{args.split}")).absolute()
+    if (run_dir / "learning_run.json").is_file():
+        print(f"{run_dir} is already done (remove it to run again)")
+        return run_dir
+    cmd = train_command(args, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     print("$", " ".join(cmd), flush=True)
     started = time.time()

@@ -72,8 +72,8 @@ def _c_range(result, key) -> tuple[float, float]:
 def fit(points_reward=None, opts=None):
     """The pipeline on the fixture's logs (optionally with the validation rewards replaced)."""
     from verl_isocompute.scaling.fit import fit_frontier
-    from verl_isocompute.scaling.frontier import build_frontier, record_breaking
-    from verl_isocompute.scaling.records import load_runs
+    from verl_isocompute.scaling.points import build_frontier, record_breaking
+    from verl_isocompute.scaling.run_logs import load_runs
 
     opts = opts or options()
     logs = load_runs([FIXTURE / "cells"], derive_compute=opts.derive_compute)
@@ -88,7 +88,7 @@ def fit(points_reward=None, opts=None):
 
 def point_se(frontier, se_metric: str) -> np.ndarray:
     """Each validation point's standard error over problems, from the logs (``val/avg@k_se``)."""
-    from verl_isocompute.scaling.records import load_runs
+    from verl_isocompute.scaling.run_logs import load_runs
 
     logs = load_runs([FIXTURE / "cells"])
     steps = logs.steps.set_index(["run", "step"])[se_metric]

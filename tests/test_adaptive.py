@@ -130,7 +130,7 @@ def curve_file(tmp_path):
     (["actor_rollout_ref.actor.ppo_epochs=2"], "needs one mini-batch and one epoch per step"),
     (["actor_rollout_ref.actor.optim.lr=1e-3"], "sets the lr of each step from isocompute.lr"),
     (["isocompute.per_prompt_n.enable=true", "isocompute.per_prompt_n.n_min=3"], "must bracket every step's n"),
-    (["trainer.v1.trainer_mode=sync"], "applied by the isocompute trainer only"),
+    (["trainer.v1.trainer_mode=sync"], r"applied by the isocompute trainer only: .*`\+isocompute=\[lr_rule,run_log,schedule\]`"),
     (["isocompute.schedule.margin=0.7"], "margin must be in"),
     (["+isocompute.schedule.budget=5"], "unknown key.*isocompute.schedule.budget;"),
 ])

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from verl.utils.tracking import FileLogger
 
 from verl_isocompute.runlog import RUN_LOG, VERL_METRICS, read_run_log
-from verl_isocompute.scaling.records import load_runs
+from verl_isocompute.scaling.run_logs import load_runs
 from verl_isocompute.training import attempts
 
 

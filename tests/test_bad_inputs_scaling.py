@@ -298,3 +298,78 @@ def test_presets_say_when_a_budget_is_outside_their_fitted_range(capsys, preset)
     assert code == 0, err
     reasons = json.loads(out)["reasons"]
     assert any("outside the range the curve was fitted on" in r for r in reasons)
+
+
+# --- runs with more than one n (issue 21): refused, the previous curve kept ------------------------------
+
+# the e2e schedule's curve (tests/test_adaptive_e2e.py): n 2 -> 4 -> 8 over 16 steps of B_problem 8
+SCHEDULE_CURVE = {"L": 2.0, "k": 3.5, "log10_C0": 1.63, "b": 1.0, "compute_unit": "rollouts", "metric": "val/avg@4",
+                  "c_range": [10, 1000], "n_grid": [2, 4, 8]}
+
+
+def _adaptive_run(root: Path, kind: str) -> Path:
+    """A run log as our trainer writes one (training/run_record.py, adaptive_trainer.py), with the per-step n of
+    the real rules: ``schedule`` (NSchedule: n per row, the schedule in the header), ``per_prompt`` (AdaptiveN's
+    split: the n_i metrics per row, the settings in the header), ``schedule_flat`` (a schedule whose n stays 8)."""
+    from verl_isocompute.runlog import metric_key, write_run_log
+    from verl_isocompute.scaling import Curve
+    from verl_isocompute.scaling.schedule import NSchedule
+    from verl_isocompute.training.adaptive import AdaptiveN, PerPromptSettings
+    from verl_isocompute.training.adaptive_config import header as adaptive_header
+    from verl_isocompute.training.per_prompt_n import AVG_AT_K_KEY, K_KEY
+
+    b_problem = 8
+    curve = Curve.from_dict({**SCHEDULE_CURVE, "n_grid": [8]} if kind == "schedule_flat" else SCHEDULE_CURVE)
+    schedule = NSchedule(curve, b_problem, 2000) if kind.startswith("schedule") else None
+    per_prompt = PerPromptSettings(curation_weight=1000.0) if kind == "per_prompt" else None
+    adaptive = AdaptiveN(8, b_problem, schedule, per_prompt)
+    plan = adaptive.plan_step(1, 0)  # the trainer plans step 1 before it writes the header and validates
+    header = {"recipe": "isocompute_hard", "model": "tiny", "dataset_size": 64, "n": adaptive.n, "b_problem": b_problem,
+              **adaptive_header(adaptive)}
+    rows, c = [{"step": 0, "n": adaptive.n, "b_problem": b_problem, "rollouts": 0, "tokens": 0, "epoch": 0.0,
+                "val/avg@4": 0.3}], 0
+    for step in range(1, 13):
+        plan = adaptive.plan_step(step, c) if step > 1 else plan
+        uids = [f"u{step}_{i}" for i in range(b_problem)]
+        infos = [{AVG_AT_K_KEY: 0.5 if i % 2 else 0.05, K_KEY: 16} for i in range(b_problem)]  # curation's avg@16
+        ns = adaptive.assign(uids, [f"p{i}" for i in range(b_problem)], infos)
+        trained = [u for u, n_i in zip(uids, ns) for _ in range(n_i)]
+        metrics = adaptive.observe(trained, [j % 3 == 0 for j in range(len(trained))])
+        adaptive.end_step()
+        c += sum(ns)
+        row = {"step": step, "n": adaptive.n, "b_problem": b_problem, "rollouts": c, "tokens": 30 * c,
+               "epoch": step * b_problem / 64, "lr": 1e-6, "train/reward": 0.4, "val/avg@4": 0.3 + 0.01 * step,
+               **{metric_key(k): v for k, v in metrics.items()}}
+        if per_prompt is not None:
+            row["group_n_hist"] = AdaptiveN.histogram(ns)
+        if plan is not None:
+            row["n_star"], row["peak_lr"] = plan.n_star, plan.peak_lr
+        rows.append(row)
+    write_run_log(root / kind, header, rows)
+    return root / kind
+
+
+@pytest.mark.parametrize(("kind", "message"), [
+    ("schedule", "n changes mid-run (2 at step 0, 4 at step 3): an n-schedule run (isocompute.schedule) has no one n"),
+    # the split of 64 rollouts over p = 0.5 and p = 0.05 prompts: 6 each on the easy ones, 10 on the hard ones
+    ("per_prompt", "a per-prompt-n run (isocompute.per_prompt_n: n_i from 6 to 10): its groups differ in n"),
+])
+def test_a_run_with_more_than_one_n_is_refused_and_the_curve_kept(sweep, tmp_path, capsys, kind, message):
+    out = tmp_path / "out"  # an earlier fit's outputs
+    out.mkdir()
+    (out / "curve.json").write_text(json.dumps(EASY.to_dict()))
+    (out / "frontier.csv").write_text("C,reward\n")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    run = _adaptive_run(tmp_path, kind)
+    code, printed, err = _fit(capsys, [str(sweep), str(run)], out)
+    assert (code, printed) == (2, ""), err
+    assert err.startswith(f"isocompute fit: error: {run}: ") and err.count("\n") == 1, err
+    assert message in err and "leave it out of RUNS: fit the fixed-n runs" in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the previous curve and frontier intact
+
+
+def test_a_schedule_run_whose_n_never_changed_is_a_fixed_n_run(sweep, tmp_path, capsys):
+    run = _adaptive_run(tmp_path, "schedule_flat")
+    code, _, err = _fit(capsys, [str(sweep), str(run)], tmp_path / "out")
+    assert code == 0, err
+    assert f"an n-schedule run whose n stayed 8: fitted as a fixed-n run: {run}" in err

@@ -57,7 +57,7 @@ def test_names_moved_out_of_a_split_module_still_import_with_a_warning(old):
         ("verl_isocompute.workflow.prefix_search", "PrefixSearchSettings", "PrefixSearchConfig"),
         ("verl_isocompute.scaling.pipeline", "FitOptions", "FitConfig"),
         ("verl_isocompute.workflow.sweep.executors", "RayOptions", "RayConfig"),
-        ("verl_isocompute.guided.recipe", "GuideOptions", "GuideConfig"),
+        ("verl_isocompute.guided.mixture", "GuideOptions", "GuideConfig"),
         ("verl_isocompute.data.arithmetic", "ArithmeticSpec", "ArithmeticConfig"),
         ("verl_isocompute.data.worked", "WorkedSpec", "WorkedConfig"),
     ],
@@ -67,3 +67,48 @@ def test_settings_classes_renamed_to_one_suffix_keep_their_old_name_with_a_warni
     loaded = importlib.import_module(module)
     with pytest.warns(DeprecationWarning, match=f"{module}.{old} is now {module}.{new}"):
         assert getattr(loaded, old) is getattr(loaded, new)
+
+
+@pytest.mark.parametrize(
+    "module, old, new",
+    [
+        ("verl_isocompute.guided.search_tables", "RECORDS_FILE", "RUNGS_FILE"),
+        ("verl_isocompute.training.metrics", "validation_records", "validation_samples"),
+    ],
+)
+def test_names_that_said_records_keep_their_old_name_with_a_warning(module, old, new):
+    """0.2 keeps "records" for the fit's record-breaking points; other names that said it keep working one release."""
+    loaded = importlib.import_module(module)
+    with pytest.warns(DeprecationWarning, match=f"{module}.{old} is now {module}.{new}"):
+        assert getattr(loaded, old) is getattr(loaded, new)
+
+
+def test_the_package_itself_uses_no_old_path():
+    """Our own code never goes through a deprecated path (it would warn every user): no import of an old path
+    and no string naming one (a ``pkg://`` path, a lazy import) in the package outside the alias table, and the
+    scaling package's lazy exports name current modules. Docstrings and comments may name the old paths."""
+    import ast
+    import re
+    from pathlib import Path
+
+    from verl_isocompute import scaling
+
+    root = Path(scaling.__file__).parent.parent
+    old = re.compile("|".join(re.escape(name) + r"(?![\w])" for name in MOVED))
+    used = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "_compat.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                names = [node.value]
+            used += [f"{path.relative_to(root)}:{node.lineno}: {name}" for name in names if old.search(name)]
+    assert used == []
+    assert {name: module for name, module in scaling._EXPORTS.items() if f"{scaling.__name__}.{module}" in MOVED} == {}

@@ -98,7 +98,7 @@ def test_plugin_registers_whatever_is_imported_first():
     """Importing our CPU helpers before verl must not break the plugin (verl would hide the error)."""
     env = {**os.environ, "VERL_PLATFORM": "cpu"}
     code = ("import verl_isocompute.cpu.models, verl_isocompute.data.arithmetic; import verl; "
-            "from verl_isocompute.registrations import check_registrations; print(all(check_registrations().values()))")
+            "from verl_isocompute.registration_probes import check_registrations; print(all(check_registrations().values()))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split()[-1] == "True"
 

@@ -89,7 +89,7 @@ def _trainer(*overrides):
     trainer = IsoComputeTrainer.__new__(IsoComputeTrainer)  # no workers: only the advantage step runs
     trainer.config = cfg
     trainer._read_settings(cfg)
-    trainer.global_steps, trainer._epoch_records = 3, []
+    trainer.global_steps, trainer._epoch_samples = 3, []
     return trainer
 
 
@@ -143,7 +143,7 @@ def test_trainer_advantage_step_on_a_padded_batch(padded, estimator, mode):
         assert [bool(r) for r in reg] == [t and i < 4 for i, t in enumerate(trained)]  # varying group A only
     else:
         assert REG_MASK_FIELD not in kv.rows[batch.keys[0]]
-    assert trainer._epoch_records and len(trainer._epoch_records) == 9
+    assert trainer._epoch_samples and len(trainer._epoch_samples) == 9
 
 
 def test_estimator_outside_the_trainer_does_not_raise_on_a_padded_batch(padded):

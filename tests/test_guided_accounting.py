@@ -15,10 +15,10 @@ from verl_isocompute.guided import spend
 from verl_isocompute.guided.check import PrefixCheckError, assistant_guided_rows, check_prefixes, prefix_mismatch
 from verl_isocompute.guided.metrics import guided_metrics
 from verl_isocompute.guided.placement import ASSISTANT, USER, guided_dataset
-from verl_isocompute.guided.recipe import check_validation_files, guidance_spend, prepare_guided, spend_locations
+from verl_isocompute.guided.mixture import check_validation_files, guidance_spend, prepare_guided, spend_locations
 from verl_isocompute.scaling import load_curve
-from verl_isocompute.scaling.frontier import validation_points
-from verl_isocompute.scaling.records import load_runs
+from verl_isocompute.scaling.points import validation_points
+from verl_isocompute.scaling.run_logs import load_runs
 from verl_isocompute.scaling.synthetic import curves_for, synthetic_sweep, write_run_logs
 from verl_isocompute.training.config import RecipeError, compose_recipe
 from verl_isocompute.training.prepare import prepare_guided_data

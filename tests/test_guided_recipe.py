@@ -12,7 +12,7 @@ from test_guided_placement import frame
 
 from verl_isocompute.commands.cli import main
 from verl_isocompute.guided.metrics import guided_metrics
-from verl_isocompute.guided.recipe import GuideConfig, prepare_guided
+from verl_isocompute.guided.mixture import GuideConfig, prepare_guided
 from verl_isocompute.training.config import RecipeError, compose_recipe
 from verl_isocompute.training.prepare import prepare_guided_data
 

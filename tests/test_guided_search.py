@@ -1,10 +1,10 @@
-"""The prefix-search rules (verl_isocompute.guided.search): POPE's shortest success, PrefixRL's band, resuming."""
+"""The prefix-search rules (verl_isocompute.guided.search_rules): POPE's shortest success, PrefixRL's band, resuming."""
 
 from __future__ import annotations
 
 import pytest
 
-from verl_isocompute.guided import search as S
+from verl_isocompute.guided import search_rules as S
 
 
 def rec(pid, rung, correct, k=8):

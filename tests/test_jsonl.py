@@ -1,8 +1,8 @@
 """One JSON-lines policy for every file the package appends to (verl_isocompute.jsonl): table-driven.
 
 Each reader row is one of the package's readers of an appended JSON-lines file: the run log
-(`runlog.read_run_log`), curation's sample cache (`SampleCache.records`, also the prefix search's rung
-records) and the gzip traces file (`traces.read_traces`). Each damage row is one kind of file content. The
+(`runlog.read_run_log`), curation's sample cache (`SampleCache.outcomes`, also the prefix search's rung
+outcomes) and the gzip traces file (`traces.read_traces`). Each damage row is one kind of file content. The
 policy, the same for every reader: a last line cut short by a kill is skipped and reported in one line
 naming the file and the line; any other bad line is one error naming the file and the line; blank lines
 and a byte-order mark are fine. Then the appenders: after a kill, appending never leaves a bad middle line.
@@ -64,7 +64,7 @@ def _traces_append(folder: Path, rows: list[dict]) -> None:
 
 READERS = [
     Reader("run log", runlog.RUN_LOG, _run_log_rows, runlog.RunLogError, _run_log_append),
-    Reader("curation cache", sc.SAMPLES_FILE, lambda folder: _cache(folder).records(), errors.CurateError, _cache_append),
+    Reader("curation cache", sc.SAMPLES_FILE, lambda folder: _cache(folder).outcomes(), errors.CurateError, _cache_append),
     Reader("traces", T.TRACES_FILE, T.read_traces, T.TracesError, _traces_append),
 ]
 
@@ -121,7 +121,7 @@ def test_a_gzip_stream_cut_by_a_kill_is_read_up_to_where_it_stops(tmp_path):
     reader = READERS[2]
     _write(tmp_path, reader, WHOLE, cut_stream=True)
     parsed = jsonl.read_jsonl(tmp_path / reader.file)
-    assert parsed.cut_stream and not parsed.cut_last_line and parsed.records == _records(1, 2, 3)
+    assert parsed.cut_stream and not parsed.cut_last_line and parsed.values == _records(1, 2, 3)
 
 
 @pytest.mark.parametrize("reader", READERS, ids=[r.name for r in READERS])

@@ -38,7 +38,7 @@ LAYERS: dict[str, int] = {
     f"{PACKAGE}.cpu": VERL,
     f"{PACKAGE}.guided": VERL,
     f"{PACKAGE}.plugin": VERL,
-    f"{PACKAGE}.registrations": VERL,
+    f"{PACKAGE}.registration_probes": VERL,
     f"{PACKAGE}.workflow": WORKFLOW,
     f"{PACKAGE}.commands": COMMANDS,
     f"{PACKAGE}.main": COMMANDS,
@@ -56,9 +56,9 @@ LAYERS: dict[str, int] = {
     f"{PACKAGE}.guided.lengths": PURE,
     f"{PACKAGE}.guided.metrics": PURE,
     f"{PACKAGE}.guided.placement": PURE,
-    f"{PACKAGE}.guided.prefix_search": PURE,
+    f"{PACKAGE}.guided.search_tables": PURE,
     f"{PACKAGE}.guided.prefixes": PURE,
-    f"{PACKAGE}.guided.search": PURE,
+    f"{PACKAGE}.guided.search_rules": PURE,
     f"{PACKAGE}.guided.spend": PURE,
     f"{PACKAGE}.guided.traces": PURE,
 }
@@ -235,7 +235,7 @@ LIGHT = {
     "`isocompute fit`'s module (the command starts fast)": (("verl_isocompute.commands.fit",), ("pandas", "scipy", "matplotlib", "torch", "verl")),
     "`isocompute allocate` (no verl to decide a budget)": (("verl_isocompute.commands.allocate",), ("hydra", "torch", "verl")),
     "`isocompute prefix-search`'s module and tables": (
-        ("verl_isocompute.commands.prefix_search", "verl_isocompute.guided.prefix_search"),
+        ("verl_isocompute.commands.prefix_search", "verl_isocompute.guided.search_tables"),
         ("torch", "verl", "ray", "transformers"),
     ),
 }

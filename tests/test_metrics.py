@@ -105,7 +105,7 @@ def test_too_few_samples_names_the_fix():
     [
         ({"uid": ["a", "a"], "data_source": ["s"] * 2, "acc": [0.5, 1.0]}, "binary"),
         ({"uid": ["a"], "acc": [1]}, "missing"),
-        ({"uid": [], "data_source": [], "acc": []}, "no validation records"),
+        ({"uid": [], "data_source": [], "acc": []}, "no validation samples"),
     ],
 )
 def test_bad_records_raise(records, match):
@@ -153,17 +153,17 @@ def test_evicted_groups_count_every_eviction_verl_logs():
 def test_failed_validation_samples_count_as_wrong():
     # problem p1: 4 requested, 2 came back (both right); p2: all 4 failed; p3: 4 of 4, one right
     uids = ["p1", "p1", "p3", "p3", "p3", "p3"]
-    records, failed = metrics.validation_records(uids, ["d"] * 6, [1, 1, 0, 1, 0, 0],
+    records, failed = metrics.validation_samples(uids, ["d"] * 6, [1, 1, 0, 1, 0, 0],
                                                  expected_counts={("d", "p1"): 4, ("d", "p2"): 4, ("d", "p3"): 4})
     assert failed == 6 and len(records) == 12
     assert records.groupby("uid")["acc"].agg(["size", "sum"]).to_dict("index") == {
         "p1": {"size": 4, "sum": 2.0}, "p2": {"size": 4, "sum": 0.0}, "p3": {"size": 4, "sum": 1.0}}
     with pytest.raises(ValueError, match="never submitted"):
-        metrics.validation_records(["p9"], ["d"], [1], expected_counts={("d", "p1"): 4})
+        metrics.validation_samples(["p9"], ["d"], [1], expected_counts={("d", "p1"): 4})
     with pytest.raises(ValueError, match="1 more validation samples than were requested"):
-        metrics.validation_records(["p1"] * 3, ["d"] * 3, [1, 1, 1], expected_counts={("d", "p1"): 2})
+        metrics.validation_samples(["p1"] * 3, ["d"] * 3, [1, 1, 1], expected_counts={("d", "p1"): 2})
     # without verl's counts: every problem that came back was asked for default_n samples
-    records, failed = metrics.validation_records(["p1", "p1"], ["d", "d"], [1, 0], default_n=4)
+    records, failed = metrics.validation_samples(["p1", "p1"], ["d", "d"], [1, 0], default_n=4)
     assert failed == 2 and metrics.validation_metrics(records, k=4)["val/avg@4"] == 0.25
 
 

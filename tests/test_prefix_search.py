@@ -14,10 +14,10 @@ from verl_isocompute.data.problems import problem_id
 from verl_isocompute.data.worked import worked_arithmetic
 from verl_isocompute.errors import CurateError
 from verl_isocompute.guided import placement as G
-from verl_isocompute.guided import prefix_search as ps
+from verl_isocompute.guided import search_tables as ps
 from verl_isocompute.guided import spend
 from verl_isocompute.guided.prefixes import prefix_ladder
-from verl_isocompute.guided.search import next_rungs
+from verl_isocompute.guided.search_rules import next_rungs
 from verl_isocompute.workflow.sample_cache import SampleCache
 
 SOLUTION = "a = 1\nb = 2\nc = 3\nd = 4\nThe answer is \\boxed{10}.\n"
@@ -74,20 +74,20 @@ def test_prefixes_table_band_rule_and_later_records_replace_earlier():
 
 def test_resume_continues_from_the_cache_and_refuses_other_settings(tmp_path):
     identity = {"model": "m", "k": 4, "placement": "user", "solution_key": "extra_info.solution"}
-    cache = SampleCache(tmp_path, identity, samples_file=ps.RECORDS_FILE, settings_file=ps.SETTINGS_FILE)
+    cache = SampleCache(tmp_path, identity, samples_file=ps.RUNGS_FILE, settings_file=ps.SETTINGS_FILE)
     for r in (rec("a", 1, 0), rec("b", 1, 2)):
         cache.append(r)
     cache.close()
-    with open(tmp_path / ps.RECORDS_FILE, "a") as f:
+    with open(tmp_path / ps.RUNGS_FILE, "a") as f:
         f.write('{"id": "a", "rung": 2, "k"')  # a line cut by a kill
-    again = SampleCache(tmp_path, identity, samples_file=ps.RECORDS_FILE, settings_file=ps.SETTINGS_FILE)
-    records = again.records()
+    again = SampleCache(tmp_path, identity, samples_file=ps.RUNGS_FILE, settings_file=ps.SETTINGS_FILE)
+    records = again.outcomes()
     assert [(r["id"], r["rung"]) for r in records] == [("a", 1), ("b", 1)]
     assert next_rungs({"a": 3, "b": 3}, records) == {"a": 2}  # b is decided; a climbs
     with pytest.raises(CurateError, match="placement: 'user' -> 'assistant'.*--restart"):
-        SampleCache(tmp_path, {**identity, "placement": "assistant"}, samples_file=ps.RECORDS_FILE, settings_file=ps.SETTINGS_FILE)
-    fresh = SampleCache(tmp_path, {**identity, "k": 8}, restart=True, samples_file=ps.RECORDS_FILE, settings_file=ps.SETTINGS_FILE)
-    assert fresh.records() == []
+        SampleCache(tmp_path, {**identity, "placement": "assistant"}, samples_file=ps.RUNGS_FILE, settings_file=ps.SETTINGS_FILE)
+    fresh = SampleCache(tmp_path, {**identity, "k": 8}, restart=True, samples_file=ps.RUNGS_FILE, settings_file=ps.SETTINGS_FILE)
+    assert fresh.outcomes() == []
     assert not (tmp_path / "samples.jsonl").exists()  # curation's cache file is another file
 
 
@@ -136,7 +136,7 @@ def test_guided_dataset_uses_the_searched_prefix_and_counts_the_rest(tmp_path):
 
 
 def test_recipe_key_and_guide_command_take_the_search(tmp_path):
-    from verl_isocompute.guided.recipe import GuideConfig
+    from verl_isocompute.guided.mixture import GuideConfig
 
     frame = worked_arithmetic(3, terms=5)
     frame.to_parquet(tmp_path / "train.parquet")
@@ -200,6 +200,6 @@ def test_a_stop_before_any_sample_names_no_file(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "stopped by SIGTERM; Ray is stopped; nothing was sampled yet: rerun the same command" in err and "rungs.jsonl" not in err
     (tmp_path / "out").mkdir()
-    (tmp_path / "out" / ps.RECORDS_FILE).write_text('{"id": "a"}\n')
+    (tmp_path / "out" / ps.RUNGS_FILE).write_text('{"id": "a"}\n')
     assert main(["prefix-search", str(tmp_path / "d.parquet"), "-o", str(tmp_path / "out")]) == 143
-    assert f"kept the rungs sampled so far in {tmp_path / 'out' / ps.RECORDS_FILE}" in capsys.readouterr().err
+    assert f"kept the rungs sampled so far in {tmp_path / 'out' / ps.RUNGS_FILE}" in capsys.readouterr().err

@@ -21,7 +21,7 @@ import pytest
 from verl_runs import PARITY_REWARD, Run, fixture_env, run_recipe, run_until_killed
 
 from verl_isocompute.runlog import read_run_log
-from verl_isocompute.scaling.records import load_runs
+from verl_isocompute.scaling.run_logs import load_runs
 
 from verl_isocompute.training.masks import row_ids
 from verl_isocompute.training.probes import CHECKED_PROBES

@@ -20,7 +20,7 @@ from verl_isocompute.scaling.curve import sigmoid_log2_n
 from verl_isocompute.scaling.envelope import running_mean
 from verl_isocompute.scaling.saturating import SaturatingCurve, bin_points, fit_saturating, refit_batch
 from verl_isocompute.scaling.sigmoid_fit import fit_sigmoid, sigmoid_batch
-from verl_isocompute.scaling.frontier import record_breaking, record_mask
+from verl_isocompute.scaling.points import record_breaking, record_mask
 from verl_isocompute.scaling.pipeline import FitConfig
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from verl_isocompute.scaling import ScalingError, build_frontier, load_runs
-from verl_isocompute.scaling.frontier import validation_points
+from verl_isocompute.scaling.points import validation_points
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scaling"
 

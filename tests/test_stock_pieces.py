@@ -52,17 +52,29 @@ def test_run_log_without_the_lr_rule_names_it():
         check_warmup_schedule(stock("+isocompute=[run_log]"))
 
 
-@pytest.mark.parametrize("piece", ["zero_variance", "decoupled"])
-def test_pieces_applied_by_our_trainer_need_it(piece):
+@pytest.mark.parametrize(("piece", "why"), [
+    ("zero_variance", "it masks groups in the trainer's update"),
+    ("decoupled", "it masks the rollouts not trained on in the trainer's update"),
+    ("schedule", "the trainer sets each step's n and lr"),
+    ("per_prompt_n", "the trainer gives each prompt its own n"),
+])
+def test_pieces_applied_by_our_trainer_need_it(piece, why):
+    """The error names the piece's own reason and the pieces that make it run (run_log alone would be refused
+    for want of lr_rule: test_run_log_without_the_lr_rule_names_it); the named pieces then resolve."""
     extra = ["isocompute.decoupled.n_train=4"] if piece == "decoupled" else []
-    with pytest.raises(Exception, match=r"applied by the isocompute trainer only.*\+isocompute=\[run_log\]"):
+    with pytest.raises(Exception, match=r"applied by the isocompute trainer only") as info:
         resolved(stock(f"+isocompute=[{piece}]", *extra))
+    assert f"isocompute.{piece} is applied by the isocompute trainer only ({why})" in str(info.value)
+    assert f"`+isocompute=[lr_rule,run_log,{piece}]` (trainer.v1.trainer_mode=isocompute)" in str(info.value)
     cfg = resolved(stock(f"+isocompute=[lr_rule,run_log,{piece}]", *extra))
+    check_warmup_schedule(OmegaConf.create(cfg))
     if piece == "decoupled":  # B of the LR rule counts the n_train rollouts trained on
         assert cfg["algorithm"]["adv_estimator"] == "isocompute_grpo_decoupled"
         assert cfg["actor_rollout_ref"]["actor"]["optim"]["lr"] == pytest.approx(1e-6 * math.sqrt(64 * 4 / 1024))
-    else:
+    elif piece == "zero_variance":
         assert cfg["isocompute"]["zero_variance"]["mode"] == "regularizers"
+    else:
+        assert cfg["isocompute"][piece]["enable"] is True and cfg["isocompute"][piece]["needs"] == f"isocompute.{piece}"
 
 
 def test_decoupled_piece_needs_n_train():

@@ -104,13 +104,13 @@ def test_settings_defaults_are_written_once():
     import dataclasses
     import inspect
 
-    from verl_isocompute.scaling import fit, frontier
+    from verl_isocompute.scaling import fit, points
     from verl_isocompute.scaling.pipeline import FitConfig
     from verl_isocompute.workflow.sweep import plan as plan_module
 
     assert plan_module._RAY_KEYS == {f.name for f in dataclasses.fields(RayConfig)}
     assert parse_plan({"recipe": "cpu_demo", "budget_rollouts": 4096}).ray["max_concurrent"] == RayConfig.max_concurrent
-    fitting = {**inspect.signature(fit.fit_frontier).parameters, **inspect.signature(frontier.build_frontier).parameters}
+    fitting = {**inspect.signature(fit.fit_frontier).parameters, **inspect.signature(points.build_frontier).parameters}
     for name in ("bucket", "window", "k_max", "bootstrap"):
         assert getattr(FitConfig(), name) == fitting[name].default, name
 

@@ -37,6 +37,14 @@ MOVED: dict[str, str] = {
     "verl_isocompute.sweep.plan": "verl_isocompute.workflow.sweep.plan",
     "verl_isocompute.sweep.runner": "verl_isocompute.workflow.sweep.runner",
     "verl_isocompute.sweep.cli": "verl_isocompute.commands.sweep",
+    # renamed in 0.2 so that each says what it holds ("records" meant run logs, the paper's record-breaking
+    # points, cache lines and JSON rows; a "recipe" module held no recipe; "registrations" registers nothing)
+    "verl_isocompute.scaling.records": "verl_isocompute.scaling.run_logs",
+    "verl_isocompute.scaling.frontier": "verl_isocompute.scaling.points",
+    "verl_isocompute.guided.search": "verl_isocompute.guided.search_rules",
+    "verl_isocompute.guided.prefix_search": "verl_isocompute.guided.search_tables",
+    "verl_isocompute.guided.recipe": "verl_isocompute.guided.mixture",
+    "verl_isocompute.registrations": "verl_isocompute.registration_probes",
 }
 
 

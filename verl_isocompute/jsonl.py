@@ -1,18 +1,18 @@
 """JSON-lines files: one reader, one appender, one policy for a damaged file.
 
-Every JSON-lines file the package writes is appended one record at a time while a long job runs (the run
-log, verl's file logger, curation's sample cache and rejection rounds, the prefix search's rung records,
+Every JSON-lines file the package writes is appended one line at a time while a long job runs (the run
+log, verl's file logger, curation's sample cache and rejection rounds, the prefix search's rung outcomes,
 the gzip traces file), so a kill can leave exactly one kind of damage: the last line cut short. The
 policy, the same for every such file:
 
 - a last line that is not valid JSON is a write cut by a kill: it is skipped, and reported in one line
   (:attr:`JsonlFile.note`; :func:`read_jsonl` prints it unless the caller reports it itself);
 - any other line that is not valid JSON is damage nobody can explain: one error naming the file and the
-  line (:class:`JsonlError`), never a silent skip, so no record is lost without a word;
+  line (:class:`JsonlError`), never a silent skip, so no line is lost without a word;
 - blank lines are ignored and a UTF-8 byte-order mark is accepted; a ``.gz`` file is a gzip stream of
   such lines, and a stream cut by a kill (no end marker) is read up to where it stops.
 
-:class:`JsonlAppender` writes one line per record, flushed as it goes. Before its first line it repairs a
+:class:`JsonlAppender` writes one line per value, flushed as it goes. Before its first line it repairs a
 file whose last line was cut (rewritten atomically from its complete lines; for gzip, also a stream without
 its end marker), so the new line never lands after a broken one, where it would become a bad middle line.
 
@@ -59,15 +59,16 @@ class JsonlFile:
     lines: list[str] = field(default_factory=list)  # the non-blank raw lines, for readers that scan text
 
     @property
-    def records(self) -> list[Any]:
+    def values(self) -> list[Any]:
+        """The parsed values, in file order."""
         return [obj for _, obj in self.objects]
 
     def dicts(self) -> list[dict[str, Any]]:
-        """The records, each a JSON object: any other value is an error naming its line."""
+        """The values, each a JSON object: any other value is an error naming its line."""
         for no, obj in self.objects:
             if not isinstance(obj, dict):
                 raise JsonlError(f"{self.path}, line {no}: expected a JSON object, got {type(obj).__name__}")
-        return self.records
+        return self.values
 
     @property
     def note(self) -> str | None:
@@ -183,9 +184,9 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, default=_default)
 
 
-def write_jsonl(path: str | os.PathLike, records: Iterable[Any]) -> Path:
+def write_jsonl(path: str | os.PathLike, values: Iterable[Any]) -> Path:
     """Write a whole JSON-lines file atomically (gzip when its name ends in ``.gz``)."""
-    data = "".join(dumps(record) + "\n" for record in records).encode("utf-8")
+    data = "".join(dumps(value) + "\n" for value in values).encode("utf-8")
     return atomic.write_bytes(path, gzip.compress(data) if Path(path).name.endswith(".gz") else data)
 
 
@@ -203,9 +204,9 @@ def _needs_repair(path: Path) -> bool:
 
 
 class JsonlAppender:
-    """Appends records to a JSON-lines file (gzip when its name ends in ``.gz``), one line each, flushed.
+    """Appends values to a JSON-lines file (gzip when its name ends in ``.gz``), one line each, flushed.
 
-    Opened at the first record: a job with nothing to add leaves the file as it was. A file whose end was
+    Opened at the first value: a job with nothing to add leaves the file as it was. A file whose end was
     cut by a kill is first rewritten from its complete lines (the cut line is reported once, by the
     reader). Use as a context manager, or call :meth:`close` (it writes gzip's end marker and syncs).
     """
@@ -214,17 +215,17 @@ class JsonlAppender:
         self.path = Path(path)
         self._file: Any = None
 
-    def append(self, *records: Any) -> None:
-        if not records:
+    def append(self, *values: Any) -> None:
+        if not values:
             return
         if self._file is None:
             self._open()
-        self._file.write("".join(dumps(record) + "\n" for record in records))
+        self._file.write("".join(dumps(value) + "\n" for value in values))
         self._file.flush()  # gzip: a sync flush, so everything written so far is readable after a kill
 
     def _open(self) -> None:
         if _needs_repair(self.path):
-            write_jsonl(self.path, read_jsonl(self.path).records)
+            write_jsonl(self.path, read_jsonl(self.path).values)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # gzip: a new member after the complete ones (gzip readers read all members as one stream)
         opener = gzip.open if self.path.name.endswith(".gz") else open

@@ -3,7 +3,7 @@
 ``import verl`` imports this module in every verl process (driver, TaskRunner, Ray workers), so the
 registrations are present wherever verl looks them up. verl swallows errors raised here (logged at DEBUG
 level only), which would leave a run silently without our extensions: ``isocompute doctor`` (with the
-probes of :mod:`verl_isocompute.registrations`) is how a user finds out.
+probes of :mod:`verl_isocompute.registration_probes`) is how a user finds out.
 
 Registration is idempotent: importing twice, or calling :func:`register_all` again, changes nothing.
 """

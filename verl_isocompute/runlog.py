@@ -65,6 +65,8 @@ VAL_PREFIX = "val"
 DEFAULT_METRIC = f"{VAL_PREFIX}/avg@4"
 # verl times every training step under this key and never a validation (the one before training is step 0).
 STEP_TIMING = "timing_s/step"
+# The trainer times its run-time prefix check (guided runs) beside verl's phases.
+PREFIX_CHECK_TIMING = "timing_s/isocompute_prefix_check"
 
 
 def metric_key(name: str) -> str:

@@ -69,7 +69,7 @@ def check_registrations(platform: str | None = None) -> Check:
     env = {"VERL_PLATFORM": platform} if platform else {}
     code = """
         import json, verl
-        from verl_isocompute.registrations import check_registrations
+        from verl_isocompute.registration_probes import check_registrations
         print(json.dumps(check_registrations()))
     """
     rc, out, err = _run_python(code, env)

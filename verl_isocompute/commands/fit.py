@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         error(PROG, f"{exc}\nNothing was written; previous outputs in {args.out} are untouched.")
         return 1
     except OSError as exc:
-        if exc.filename and not _inside(exc.filename, args.out):  # an input, read where records.py does not look
+        if exc.filename and not _inside(exc.filename, args.out):  # an input, read where run_logs.py does not look
             return error(PROG, f"cannot read {exc.filename}: {exc.strerror or exc}; nothing was written")
         return error(PROG, f"cannot write to {args.out}: {exc}; previous outputs are untouched")
     result, written = outcome.result, outcome.written

@@ -35,7 +35,7 @@ TRAILING = "data"  # key=value overrides may follow the options (commands/cli.py
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from verl_isocompute.guided.placement import PLACEMENTS
-    from verl_isocompute.guided.search import RULES
+    from verl_isocompute.guided.search_rules import RULES
     from verl_isocompute.workflow import prefix_search as ps
 
     from verl_isocompute.settings import add_setting
@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from verl_isocompute.guided.prefix_search import PLOT_FILE, PREFIXES_FILE, RECORDS_FILE
+    from verl_isocompute.guided.search_tables import PLOT_FILE, PREFIXES_FILE, RUNGS_FILE
     from verl_isocompute.settings import from_args
     from verl_isocompute.workflow import prefix_search as ps
     from verl_isocompute.workflow.launch import Interrupted
@@ -74,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = ps.prefix_search(settings)
     except Interrupted as exc:
-        records = settings.out / RECORDS_FILE
-        kept = (f"kept the rungs sampled so far in {records}" if records.is_file() and records.stat().st_size
+        outcomes = settings.out / RUNGS_FILE
+        kept = (f"kept the rungs sampled so far in {outcomes}" if outcomes.is_file() and outcomes.stat().st_size
                 else "nothing was sampled yet")
         print(f"{PROG}: stopped by {exc}; Ray is stopped; {kept}: rerun the same command to resume", file=sys.stderr)
         return exc.exit_code

@@ -50,19 +50,19 @@ class Thresholds:
             raise CurateError("the extremely hard pass@k bound must be in [0, 1)")
 
 
-def difficulty_table(problems: pd.DataFrame, records: dict[str, dict[str, Any]], k: int) -> pd.DataFrame:
+def difficulty_table(problems: pd.DataFrame, outcomes: dict[str, dict[str, Any]], k: int) -> pd.DataFrame:
     """One row per sampled problem: k, correct, avg@k, pass@k, mean response tokens, truncated share."""
     from verl_isocompute.training.metrics import best_at_k
 
     rows = []
     for pid, source in zip(problems["problem_id"], problems.get("data_source", pd.Series([None] * len(problems)))):
-        record = records.get(pid)
-        if record is None:
+        outcome = outcomes.get(pid)
+        if outcome is None:
             continue
-        tokens = record.get("response_tokens") or [0]
+        tokens = outcome.get("response_tokens") or [0]
         rows.append({
-            "problem_id": pid, "data_source": source, "k": record["k"], "correct": record["correct"],
-            "mean_response_tokens": float(np.mean(tokens)), "truncated": record.get("truncated", 0) / record["k"],
+            "problem_id": pid, "data_source": source, "k": outcome["k"], "correct": outcome["correct"],
+            "mean_response_tokens": float(np.mean(tokens)), "truncated": outcome.get("truncated", 0) / outcome["k"],
         })
     table = pd.DataFrame(rows, columns=["problem_id", "data_source", "k", "correct", "mean_response_tokens", "truncated"])
     table.insert(4, "avg@k", table["correct"] / table["k"])

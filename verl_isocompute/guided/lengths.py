@@ -16,7 +16,7 @@ verl decides what survives by length before training starts:
   of the problem is lost) and trains on it: the guided row then survives, but not as it was made.
 
 :func:`overlong` counts the guided rows of a dataset that one of the two would drop or cut, with the longest
-length, for the one-line refusal before training (:func:`verl_isocompute.guided.recipe.check_guided_lengths`);
+length, for the one-line refusal before training (:func:`verl_isocompute.guided.training_set.check_guided_lengths`);
 the prefix search measures every rung the same way (a rung that does not fit ends the ladder).
 
 Pure: a tokenizer object is passed in; no verl, torch or transformers import.

@@ -49,7 +49,7 @@ PLACEMENTS = (USER, ASSISTANT)
 DEFAULT_AGENT = "single_turn_agent"  # verl's default agent loop (rollout.agent.default_agent_loop)
 NO_USER_TURN = "no_user_turn"  # a row whose prompt has no user message to put a POPE prefix in
 NO_TRACE = "no_trace"  # with traces as the source: the problem has no kept correct response (guided/traces.py)
-NO_PREFIX_FOUND = "no_prefix_found"  # the prefix search found no rung for the problem (guided.prefix_search)
+NO_PREFIX_FOUND = "no_prefix_found"  # the prefix search found no rung for the problem (guided.search_tables)
 NOT_SEARCHED = "not_searched"  # the problem is not in the prefix search's table
 # The continue instruction of the user placement (our wording; POPE's exact prompt is not reproduced).
 CONTINUE_INSTRUCTION = "Below is the beginning of a correct solution. Continue it from where it stops, without repeating it."
@@ -168,12 +168,12 @@ def guided_dataset(
     its ladder is shorter). When fewer problems than asked have a usable prefix, all of them are guided (see
     :meth:`GuidedDataset.summary`); which problems are guided when there are more is a seeded draw.
     ``solutions`` (one per row) replaces the ``solution_key`` column, e.g. PrefixRL traces
-    (:func:`verl_isocompute.guided.recipe.trace_solutions`); a None entry is counted as :data:`NO_TRACE`.
+    (:func:`verl_isocompute.guided.mixture.trace_solutions`); a None entry is counted as :data:`NO_TRACE`.
     ``token_cuts`` (one per row: a list of token-cut prefixes, :func:`verl_isocompute.guided.prefixes.token_prefixes`,
     or the reason there is none) replaces both: the rows then carry the cut's token ids (``guide_prefix_ids``),
     which the assistant placement's agent loop appends as they are.
 
-    ``searched`` (:func:`verl_isocompute.guided.prefix_search.read_chosen`: problem id -> chosen prefix or the
+    ``searched`` (:func:`verl_isocompute.guided.search_tables.read_chosen`: problem id -> chosen prefix or the
     reason there is none) replaces the fixed ``fraction``: each problem gets the prefix the search chose for
     it (one copy), and a problem without one is skipped with the search's reason (``no_prefix_found``,
     ``not_searched``), or, with ``unsearched="fraction"``, a problem the search found no prefix for is guided at

@@ -3,7 +3,7 @@
 Both methods condition a hard problem on the beginning of a known-good solution so that the policy, which
 never solves the problem alone, sometimes finishes it and the group gets a non-zero advantage. This module
 only *cuts* solutions; choosing the prefix per problem with the base model is
-:mod:`verl_isocompute.guided.prefix_search`.
+the prefix search (:mod:`verl_isocompute.workflow.prefix_search`, its rules :mod:`verl_isocompute.guided.search_rules`).
 
 Where a solution is cut. A prefix ends at a **line** boundary, and a solution written on one line is cut at
 **sentence** boundaries instead:

@@ -54,13 +54,13 @@ class Spend:
         return Spend(self.rollouts + other.rollouts, self.tokens + other.tokens)
 
 
-def per_problem(records: Iterable[Mapping]) -> dict[str, Spend]:
+def per_problem(outcomes: Iterable[Mapping]) -> dict[str, Spend]:
     """Rollouts (each record's ``k``) and generated tokens (its ``response_tokens``) per problem ``id``, over
-    sampling records (curation's, a rejection round's, a prefix-search rung's)."""
+    sampling outcomes (curation's, a rejection round's, a prefix-search rung's)."""
     out: dict[str, Spend] = {}
-    for record in records:
-        pid = str(record["id"])
-        out[pid] = out.get(pid, Spend()) + Spend(int(record["k"]), int(sum(record.get("response_tokens") or ())))
+    for outcome in outcomes:
+        pid = str(outcome["id"])
+        out[pid] = out.get(pid, Spend()) + Spend(int(outcome["k"]), int(sum(outcome.get("response_tokens") or ())))
     return out
 
 

@@ -14,11 +14,11 @@ Files in the curation's output directory (written by :mod:`verl_isocompute.workf
   appended and flushed as each problem (or round) finishes; a kill leaves an unfinished gzip stream, whose
   complete lines are read back and rewritten (:class:`TraceWriter`) before anything is appended. Read and
   written with the package's one JSON-lines policy (:mod:`verl_isocompute.jsonl`).
-- ``rejection.jsonl``: one record per rejection round of one problem (same fields as the sample cache's
-  records, ``k`` = the round's samples, plus ``round``); the curation cache ``samples.jsonl`` keeps the
+- ``rejection.jsonl``: one outcome per rejection round of one problem (same fields as the sample cache's
+  outcomes, ``k`` = the round's samples, plus ``round``); the curation cache ``samples.jsonl`` keeps the
   first k only, so avg@k and the splits never see rejection samples.
 
-A trace line is written right *after* its record, so a record never lacks a trace except for an
+A trace line is written right *after* its outcome, so an outcome never lacks a trace except for an
 interruption between the two writes (the report counts such problems); nothing is ever written twice.
 
 Pure standard library.

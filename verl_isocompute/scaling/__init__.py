@@ -21,9 +21,9 @@ from typing import Any
 _EXPORTS = {
     "Curve": "curve", "CurveError": "curve", "load_curve": "curve", "preset_names": "curve",
     "ScalingError": "errors", "FitError": "errors",
-    "RunLogs": "records", "load_runs": "records", "find_logs": "log_files",
-    "Frontier": "frontier", "build_frontier": "frontier", "validation_points": "frontier",
-    "record_breaking": "frontier", "record_mask": "frontier", "frontier_value": "frontier", "bucket_index": "frontier", "smooth_ema": "frontier",
+    "RunLogs": "run_logs", "load_runs": "run_logs", "find_logs": "log_files",
+    "Frontier": "points", "build_frontier": "points", "validation_points": "points",
+    "record_breaking": "points", "record_mask": "points", "frontier_value": "points", "bucket_index": "points", "smooth_ema": "points",
     "FrontierFit": "fit", "fit_frontier": "fit", "SaturatingCurve": "saturating", "fit_saturating": "saturating",
     "SigmoidFit": "sigmoid_fit", "fit_sigmoid": "sigmoid_fit",
     "plot_frontier": "plots", "save_plots": "plots",

@@ -23,7 +23,7 @@ def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settin
     the resample's run counts with each run's binned sums, and the refits run in lock step
     (:func:`verl_isocompute.scaling.lsq.least_squares_batch`). With ``fit_on="records"`` a group is fitted
     to the record-breaking points of its resampled runs' own records
-    (:func:`~verl_isocompute.scaling.frontier.record_mask`): dropping a rival run can promote a point.
+    (:func:`~verl_isocompute.scaling.points.record_mask`): dropping a rival run can promote a point.
     """
     resamples, fit_on = settings["bootstrap"], settings["fit_on"]
     stats = {"requested": int(resamples), "succeeded": 0, "failed": 0}
@@ -119,7 +119,7 @@ def _resampled_bins(g: RunGroup, counts: np.ndarray, fit_on: str, bucket: float)
 def _resampled_record_bins(run_ids, c, reward, counts, bucket):
     """``fit_on="records"``: per resample, the record-breaking points of the union of the drawn runs'
     own records (a record counts once, however often its run was drawn), binned."""
-    from verl_isocompute.scaling.frontier import record_mask
+    from verl_isocompute.scaling.points import record_mask
 
     own = np.zeros(len(c), dtype=bool)
     for run in np.unique(run_ids):

@@ -59,7 +59,7 @@ from verl_isocompute.scaling.curve import Curve, sigmoid_log2_n
 from verl_isocompute.scaling.envelope import GRID_PER_DECADE, empty_grid, envelope_table, log_grid
 from verl_isocompute.scaling.errors import FitError, ScalingError
 from verl_isocompute.scaling.fit_defaults import DEFAULT_BOOTSTRAP, DEFAULT_WINDOW, K_MAX
-from verl_isocompute.scaling.frontier import Frontier
+from verl_isocompute.scaling.points import Frontier
 from verl_isocompute.scaling.groups import group_keys, group_label, group_row, make_groups
 from verl_isocompute.scaling.saturating import MIN_POINTS, SaturatingCurve
 from verl_isocompute.scaling.sigmoid_fit import fit_sigmoid

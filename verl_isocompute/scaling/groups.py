@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from verl_isocompute.scaling.errors import ScalingError
-from verl_isocompute.scaling.frontier import record_breaking
+from verl_isocompute.scaling.points import record_breaking
 from verl_isocompute.scaling.saturating import SaturatingCurve, bin_points, fit_saturating
 
 GROUP_BYS = {"n": ("n",), "n,b_problem": ("n", "b_problem")}

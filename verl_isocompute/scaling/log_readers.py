@@ -1,7 +1,7 @@
 """One reader per log format we parse ourselves, each giving a :class:`RawRun` (float columns per key, in
 file order): ``isocompute.jsonl`` and verl's file logger (:func:`read_jsonl_log`), CSV exports
 (:func:`read_csv_log`). wandb and tensorboard: :mod:`verl_isocompute.scaling.sources`. What a reader
-does with NaN, text and bad lines: :mod:`verl_isocompute.scaling.records`.
+does with NaN, text and bad lines: :mod:`verl_isocompute.scaling.run_logs`.
 """
 
 from __future__ import annotations

@@ -188,8 +188,8 @@ def run_fit(
     """
     from verl_isocompute.scaling.errors import ScalingError
     from verl_isocompute.scaling.fit import fit_frontier
-    from verl_isocompute.scaling.frontier import build_frontier
-    from verl_isocompute.scaling.records import load_runs
+    from verl_isocompute.scaling.points import build_frontier
+    from verl_isocompute.scaling.run_logs import load_runs
     from verl_isocompute.scaling.report import write_outputs
 
     options.check()

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from verl_isocompute import verl_keys
+from verl_isocompute.runlog import metric_key
 from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.scaling.run_table import RunTable, positive_int
 
@@ -153,6 +154,29 @@ def read_record(path: Path, key: str) -> Recorded:
     return Recorded(path, number)
 
 
+# --- runs with more than one n ---------------------------------------------------------------------------
+
+# What our trainer's run-log header records of the n schedule and of per-prompt n (training/adaptive_config.py),
+# and the per-step metrics per-prompt n logs (group_n_min / group_n_max, in our run log and verl's loggers alike).
+SCHEDULE_HEADER, PER_PROMPT_HEADER = "schedule", "per_prompt_n"
+LEAVE_OUT = ("leave it out of RUNS: fit the fixed-n runs, and compare it with them at equal C instead "
+             "(benchmarks/bench_adaptive.py)")
+
+
+def check_one_n(name: str, header: dict[str, Any], columns: dict[str, np.ndarray]) -> None:
+    """Refuse a per-prompt-n run (``isocompute.per_prompt_n``): its groups have n_i rollouts each, split by pass
+    rate around the step's n, so no per-n curve describes it (arXiv 2603.12151 fits one curve per n, every group
+    of a run with n rollouts). A schedule run is refused in :meth:`RunSettings.resolve`, when its n changed."""
+    low, high = (columns.get(metric_key(k)) for k in ("group_n_min", "group_n_max"))
+    if header.get(PER_PROMPT_HEADER) is None and (low is None or np.isnan(low).all()):
+        return
+    split = ""
+    if low is not None and high is not None and not np.isnan(low).all():
+        split = f": n_i from {np.nanmin(low):g} to {np.nanmax(high):g}"
+    raise ScalingError(f"{name}: a per-prompt-n run (isocompute.per_prompt_n{split}): its groups differ in n, and a "
+                       f"per-n curve needs every group of a run at one n; {LEAVE_OUT}")
+
+
 # --- one run -------------------------------------------------------------------------------------------
 
 
@@ -175,11 +199,16 @@ class RunSettings:
         if len(logged):
             if np.any(logged != logged[0]):
                 at = int(np.flatnonzero(logged != logged[0])[0])
-                raise ScalingError(
-                    f"{name}: {key} changes mid-run ({logged[0]:g} at step {logged_steps[0]:g}, "
-                    f"{logged[at]:g} at step {logged_steps[at]:g}); the fit needs one {key} per run: split the log"
-                )
+                changed = (f"{name}: {key} changes mid-run ({logged[0]:g} at step {logged_steps[0]:g}, "
+                           f"{logged[at]:g} at step {logged_steps[at]:g})")
+                if header.get(SCHEDULE_HEADER) is not None:
+                    raise ScalingError(f"{changed}: an n-schedule run (isocompute.schedule) has no one n, and a per-n "
+                                       f"curve needs one n per run; {LEAVE_OUT}")
+                raise ScalingError(f"{changed}; a per-n curve needs one {key} per run from step 0: keep only the "
+                                   f"steps before the change, or leave the run out of RUNS")
             value, source = logged[0], "log"
+            if key == "n" and header.get(SCHEDULE_HEADER) is not None:
+                notes.add(f"an n-schedule run whose n stayed {logged[0]:g}: fitted as a fixed-n run", name)
         elif header.get(key) is not None:
             value, source = header[key], "header"
         elif from_table is not None:

@@ -1,6 +1,6 @@
 """Runs from where verl users already keep their logs: wandb run directories and tensorboard event files.
 
-:mod:`verl_isocompute.scaling.records` reads our run log, verl's file logger and CSV exports, and hands
+:mod:`verl_isocompute.scaling.run_logs` reads our run log, verl's file logger and CSV exports, and hands
 the two formats here to this module (it only dispatches). Both are read offline, through their own
 libraries, only when those are installed (verl's ``verl-core`` extra installs both; otherwise
 ``pip install 'verl-isocompute[tensorboard]'`` or ``[wandb]``):
@@ -141,7 +141,7 @@ class _Rows:
     silently, since dropping it would lose a point or the whole metric of a run: in a key that also holds
     numbers in this run it is an error naming the record and the key; a key that holds no number at all in
     this run (a tag, a note, a media panel) is not a metric and is left out, remembered in ``text_cells``
-    (an error if it is the metric being fitted: :func:`~verl_isocompute.scaling.frontier.validation_points`).
+    (an error if it is the metric being fitted: :func:`~verl_isocompute.scaling.points.validation_points`).
     NaN, inf and null are counted per key and kept as NaN (not logged)."""
 
     def __init__(self) -> None:

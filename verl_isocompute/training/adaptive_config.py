@@ -73,8 +73,9 @@ def check_adaptive(cfg: DictConfig, lr_from_rule: Callable[[DictConfig], bool]) 
         return
     named = " and ".join(f"{p}.enable=true" for p in on)
     if select(cfg, "trainer.v1.trainer_mode") != TRAINER:
-        raise AdaptiveError(f"{named} is applied by the isocompute trainer only: add `+isocompute=[run_log]` "
-                            f"(trainer.v1.trainer_mode={TRAINER}), or drop it")
+        pieces = ",".join(["lr_rule", "run_log", *(p.rsplit(".", 1)[1] for p in on)])
+        raise AdaptiveError(f"{named} is applied by the isocompute trainer only: select it with the run_log piece, "
+                            f"`+isocompute=[{pieces}]` (trainer.v1.trainer_mode={TRAINER}), or drop it")
     actor, b_problem = cfg.actor_rollout_ref.actor, int(select(cfg, verl_keys.B_PROBLEM))
     if int(actor.ppo_mini_batch_size) != b_problem or int(actor.ppo_epochs) != 1:
         raise AdaptiveError(

@@ -18,8 +18,8 @@ verl's own ``best@k``/``worst@k`` validation metrics bootstrap k samples *with* 
 can repeat a sample and see fewer distinct ones: their best@k is biased low and worst@k biased high (and
 they are noisy); these estimators have neither problem.
 
-A validation sample that failed (its agent loop raised) leaves no record at all. It still counts, as a
-wrong answer, exactly as verl counts it (``expected_acc_counts``): :func:`validation_records` pads each
+A validation sample that failed (its agent loop raised) leaves no sample behind. It still counts, as a
+wrong answer, exactly as verl counts it (``expected_acc_counts``): :func:`validation_samples` pads each
 problem up to the number of samples that were requested for it, so n is the requested count, never the
 number that happened to come back, and a failure can neither raise nor flatter best@k.
 
@@ -49,10 +49,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-Records = pd.DataFrame | Mapping[str, Any] | Iterable[Mapping[str, Any]]
+from verl_isocompute import _compat
+
+Samples = pd.DataFrame | Mapping[str, Any] | Iterable[Mapping[str, Any]]
 
 # A score above this is a correct answer when the reward does not say (its ``acc``); see is_correct.
 CORRECT_ABOVE = 0.5
+
+# validation_records until 0.2 ("records" are the fit's record-breaking points); the old name works for one release.
+__getattr__ = _compat.moved_names(__name__, {}, renamed={"validation_records": "validation_samples"})
 
 
 def is_correct(score: Any, acc: Any = None) -> bool:
@@ -105,12 +110,12 @@ def worst_at_k(n: Any, c: Any, k: int) -> np.ndarray:
     return _k_subset_ratio(c, n, k)
 
 
-def _per_problem(records: Records, columns: list[str]) -> pd.DataFrame:
+def _per_problem(samples: Samples, columns: list[str]) -> pd.DataFrame:
     """One row per problem: its data_source, uid, number of samples n and number correct c."""
-    frame = records if isinstance(records, pd.DataFrame) else pd.DataFrame(records)
+    frame = samples if isinstance(samples, pd.DataFrame) else pd.DataFrame(samples)
     missing = [col for col in columns if col not in frame.columns]
     if missing:
-        raise ValueError(f"records need columns {columns}, missing {missing}")
+        raise ValueError(f"samples need columns {columns}, missing {missing}")
     acc = pd.to_numeric(frame["acc"]).astype(float)
     if not acc.isin([0.0, 1.0]).all():
         raise ValueError("acc must be binary correctness (0/1 or bool), e.g. the reward's 'acc', not a shaped score")
@@ -120,14 +125,14 @@ def _per_problem(records: Records, columns: list[str]) -> pd.DataFrame:
     return grouped.agg(n="size", c="sum").reset_index()
 
 
-def validation_records(
+def validation_samples(
     sample_uids: Iterable[Any],
     data_sources: Iterable[Any],
     acc: Iterable[float],
     expected_counts: Mapping[tuple[str, str], int] | None = None,
     default_n: int | None = None,
 ) -> tuple[pd.DataFrame, int]:
-    """Per-sample validation records with every failed sample present as a wrong one.
+    """One row per validation sample, with every failed sample present as a wrong one.
 
     Args:
         sample_uids, data_sources, acc: one entry per validation sample that came back (acc is 0/1).
@@ -137,7 +142,7 @@ def validation_records(
             (``rollout.val_kwargs.n``).
 
     Returns:
-        (records with columns ``uid``, ``data_source``, ``acc``; the number of failed samples added as acc 0).
+        (the samples, columns ``uid``, ``data_source``, ``acc``; the number of failed samples added as acc 0).
     """
     frame = pd.DataFrame({
         "uid": [str(u) for u in sample_uids],
@@ -171,11 +176,11 @@ def validation_records(
     return pd.concat([frame, padding], ignore_index=True), int(failed.sum())
 
 
-def validation_metrics(records: Records, k: int | None = None, prefix: str = "val") -> dict[str, float]:
-    """avg@k, best@k and worst@k overall and per data source, from per-sample validation records.
+def validation_metrics(samples: Samples, k: int | None = None, prefix: str = "val") -> dict[str, float]:
+    """avg@k, best@k and worst@k overall and per data source, from one row per validation sample.
 
     Args:
-        records: one row per validation sample with columns ``uid`` (the problem), ``data_source`` and
+        samples: one row per validation sample with columns ``uid`` (the problem), ``data_source`` and
             ``acc`` (0/1); a DataFrame, a dict of columns or a list of dicts.
         k: samples per problem in best@k / worst@k; default: the number of samples per problem
             (which must then be the same for every problem). Every problem needs >= k samples.
@@ -186,9 +191,9 @@ def validation_metrics(records: Records, k: int | None = None, prefix: str = "va
         problems) plus the same three per data source under ``.../<data_source>``, and the standard error
         of the overall avg@k over problems, ``f"{prefix}/avg@{k}_se"`` (NaN with one problem).
     """
-    problems = _per_problem(records, ["data_source", "uid", "acc"])
+    problems = _per_problem(samples, ["data_source", "uid", "acc"])
     if problems.empty:
-        raise ValueError("no validation records")
+        raise ValueError("no validation samples")
     if k is None:
         sizes = problems["n"].unique()
         if sizes.size != 1:
@@ -278,11 +283,11 @@ def describe_change(change: ValidationChange, noise_z: float = NOISE_Z) -> str:
     return f"{size}: {direction} by {abs(z):.1f} SE, more than noise"
 
 
-def pass_rate_histogram(records: Records, bins: int = 10) -> dict[str, Any]:
+def pass_rate_histogram(samples: Samples, bins: int = 10) -> dict[str, Any]:
     """Distribution of per-problem training pass rates (mean acc of each problem's rollouts) within an epoch.
 
     The paper's interference diagnostic (section 6): under uniform progress the mass moves right together;
-    under rich-get-richer, problems pile up at 0 and 1. Pass the records of one epoch, one row per rollout
+    under rich-get-richer, problems pile up at 0 and 1. Pass the samples of one epoch, one row per rollout
     with columns ``uid`` (the problem: stable for the epoch, as verl's ``uid`` is) and ``acc`` (0/1).
 
     Returns plain data: ``edges`` (bins + 1 fixed edges over [0, 1]; the last bin includes 1), ``counts``
@@ -291,7 +296,7 @@ def pass_rate_histogram(records: Records, bins: int = 10) -> dict[str, Any]:
     """
     if bins < 1:
         raise ValueError(f"bins must be >= 1, got {bins}")
-    problems = _per_problem(records, ["uid", "acc"])
+    problems = _per_problem(samples, ["uid", "acc"])
     rates = (problems["c"] / problems["n"]).to_numpy()
     counts, edges = np.histogram(rates, bins=bins, range=(0.0, 1.0))
     n_problems = int(rates.size)

@@ -39,7 +39,11 @@ zero-variance filter, the decoupled baseline or verl's padding) trains on nothin
 
 from __future__ import annotations
 
+from functools import partial
+
 from omegaconf import DictConfig, OmegaConf, open_dict
+
+from verl_isocompute.training.conf import select
 
 REUSE_KEY = "isocompute.reuse_rollout_log_probs"
 ACTOR = "actor_rollout_ref.actor"
@@ -48,9 +52,7 @@ CORRECTION = "algorithm.rollout_correction"
 
 def on_policy_problems(cfg: DictConfig) -> list[str]:
     """Why the old-log-prob pass cannot be skipped for ``cfg`` (empty: it can). Pure."""
-    def sel(key):
-        return OmegaConf.select(cfg, key)
-
+    sel = partial(select, cfg)  # the one dotted-key reader, bound to this config
     problems = []
     if sel(f"{ACTOR}.ppo_mini_batch_size") != sel("data.train_batch_size"):
         problems.append(f"{ACTOR}.ppo_mini_batch_size={sel(f'{ACTOR}.ppo_mini_batch_size')} differs from "
@@ -79,7 +81,7 @@ def on_policy_problems(cfg: DictConfig) -> list[str]:
 def check_reuse(cfg: DictConfig) -> None:
     """With ``isocompute.reuse_rollout_log_probs=true``, a ValueError naming the fix unless the recipe is fully
     on-policy (:func:`on_policy_problems`). Changes nothing."""
-    problems = on_policy_problems(cfg) if OmegaConf.select(cfg, REUSE_KEY, default=False) else []
+    problems = on_policy_problems(cfg) if select(cfg, REUSE_KEY, False) else []
     if problems:
         raise ValueError(
             f"{REUSE_KEY}=true needs a fully on-policy recipe, but {'; '.join(problems)}; "
@@ -92,7 +94,7 @@ def prepare_reuse_rollout_log_probs(cfg: DictConfig) -> bool:
     the recipe's own TIS/rejection settings. Raises ValueError naming the fix when the recipe is not fully
     on-policy or uses a setting with which bypass mode trains differently (module docstring). Returns whether it
     switched."""
-    if not OmegaConf.select(cfg, REUSE_KEY, default=False):
+    if not select(cfg, REUSE_KEY, False):
         return False
     check_reuse(cfg)
     correction = OmegaConf.to_container(cfg.algorithm.rollout_correction, resolve=True)
@@ -109,9 +111,7 @@ def prepare_reuse_rollout_log_probs(cfg: DictConfig) -> bool:
 def unapplied_reuse_notice(cfg: DictConfig) -> str | None:
     """One line when the recipe asks for reuse but the config was not prepared by our entry point (verl's
     stock ``main_ppo``, which does not run :func:`prepare_reuse_rollout_log_probs`), else None."""
-    if OmegaConf.select(cfg, REUSE_KEY, default=False) and not OmegaConf.select(
-        cfg, "algorithm.rollout_correction.bypass_mode", default=False
-    ):
+    if select(cfg, REUSE_KEY, False) and not select(cfg, f"{CORRECTION}.bypass_mode", False):
         return (f"[isocompute] {REUSE_KEY}=true is applied by `python -m verl_isocompute.main` only: this run "
                 "recomputes the old log-probs (same training, one more forward pass per step)")
     return None

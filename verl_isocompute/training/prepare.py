@@ -86,7 +86,7 @@ def prepare_guided_data(cfg: DictConfig) -> None:
     """``isocompute.guided``: the training files become a guided mixture (before the dataset is counted); its
     spend files must be readable, validation files unguided, and every guided row of the training files must
     survive verl's prompt-length filter (all checked again by the trainer, for main_ppo)."""
-    from verl_isocompute.guided.recipe import check_validation_files, guidance_spend, prepare_guided
+    from verl_isocompute.guided.mixture import check_validation_files, guidance_spend, prepare_guided
     from verl_isocompute.guided.training_set import check_guided_lengths, training_problems
 
     try:

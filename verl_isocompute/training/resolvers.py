@@ -37,7 +37,8 @@ What they compute (each rule lives in one place; these functions only read the c
   DEFAULT: the recipes' sizes for each platform (``recipes/isocompute_cpu_sizes.yaml``), so that
   ``+platform=cpu`` itself changes only what the CPU needs and keeps a user's own sizes.
 - ``isocompute.needs_trainer:VALUE``: VALUE, if our trainer is selected; for the settings only our trainer
-  reads (the zero-variance filter, the decoupled baseline), which would otherwise be silently ignored.
+  reads (the zero-variance filter, the decoupled baseline, the n schedule, per-prompt n), which would otherwise
+  be silently ignored.
 
 Only omegaconf at import: this module is loaded in every verl process.
 """
@@ -289,13 +290,24 @@ def _cpu_dtype(_root_: DictConfig) -> str:
     return choose_dtype(select(_root_, DTYPE_KEY) or "auto", "", cpu_flags()).dtype
 
 
+# Why each setting that names ``isocompute.needs_trainer`` (its block's ``needs`` key) is our trainer's alone.
+NEEDS_TRAINER_WHY = {
+    "isocompute.zero_variance": "it masks groups in the trainer's update",
+    "isocompute.decoupled": "it masks the rollouts not trained on in the trainer's update",
+    "isocompute.schedule": "the trainer sets each step's n and lr",
+    "isocompute.per_prompt_n": "the trainer gives each prompt its own n",
+}
+
+
 def _needs_trainer(value: Any, _root_: DictConfig) -> Any:
     from verl_isocompute.training.names import TRAINER
 
     if select(_root_, "trainer.v1.trainer_mode") != TRAINER:
+        why = NEEDS_TRAINER_WHY.get(str(value), "verl's own trainer would ignore it")
+        piece = str(value).rsplit(".", 1)[-1]
         raise ValueError(
-            f"{value!r} is applied by the isocompute trainer only (the zero-variance filter and the decoupled "
-            f"baseline need its masks): add `+isocompute=[run_log]` (trainer.v1.trainer_mode={TRAINER}), or drop the setting"
+            f"{value} is applied by the isocompute trainer only ({why}): select it with the run_log piece, "
+            f"`+isocompute=[lr_rule,run_log,{piece}]` (trainer.v1.trainer_mode={TRAINER}), or drop the setting"
         )
     return value
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from omegaconf import OmegaConf
 
-from verl_isocompute.guided import recipe as guided_recipe
+from verl_isocompute.guided import mixture as guided_mixture
 from verl_isocompute.guided.metrics import GUIDED_METRICS, mixture_counts
 from verl_isocompute.runlog import GUIDANCE_SPEND, GUIDED_MIXTURE, metric_key
 from verl_isocompute.training import metrics as iso_metrics
@@ -74,7 +74,7 @@ class RunRecordMixin:
             # B of the LR rule: rollouts per step that enter the gradient (n_train per problem when decoupled)
             "lr_batch_rollouts": rule_batch_rollouts(self.b_problem, self.n, self.n_train) if rule else None,
             "val_n": cfg.actor_rollout_ref.rollout.val_kwargs.n,
-            **({GUIDANCE_SPEND: guided_recipe.spend.as_json(self.guidance_spend), "spend_problems": self.spend_problems}
+            **({GUIDANCE_SPEND: guided_mixture.spend.as_json(self.guidance_spend), "spend_problems": self.spend_problems}
                if self.with_guidance else {}),
             **self._mixture(),
             **adaptive_header(self.adaptive),  # the n schedule / per-prompt n settings, when on
@@ -115,4 +115,4 @@ class RunRecordMixin:
         comparison, arXiv 2601.18795), when ``isocompute.guided.spend`` names its spend files."""
         if not self.with_guidance:
             return {}
-        return guided_recipe.spend.with_guidance(self.compute.rollouts, self.compute.tokens, self.guidance_spend)
+        return guided_mixture.spend.with_guidance(self.compute.rollouts, self.compute.tokens, self.guidance_spend)

@@ -53,10 +53,10 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_isocompute.guided import check as guided_check
-from verl_isocompute.guided import recipe as guided_recipe
+from verl_isocompute.guided import mixture as guided_mixture
 from verl_isocompute.guided import training_set as guided_training_set
 from verl_isocompute.guided.metrics import guided_metrics
-from verl_isocompute.runlog import VAL_PREFIX, VERL_METRICS, RunLogWriter, metric_key
+from verl_isocompute.runlog import PREFIX_CHECK_TIMING, VAL_PREFIX, VERL_METRICS, RunLogWriter, metric_key
 from verl_isocompute.training import metrics as iso_metrics
 from verl_isocompute.training.adaptive_trainer import AdaptiveTrainerMixin
 from verl_isocompute.training.advantage import estimator_context
@@ -71,6 +71,7 @@ from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE, lr_for_update
 from verl_isocompute.training.masks import StepMasks, accuracy, check_one_output_per_session, row_ids, step_masks
 from verl_isocompute.training.names import (
     DECOUPLED_ESTIMATOR,
+    OFF,
     REG_MASK_FIELD,
     REGULARIZERS,
     ROW_ID_FIELD,
@@ -108,7 +109,7 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunRecordMixin, PhaseAnnouncer, PP
         self._step_info: dict = {}
         self._expected_probes: dict = {}
         self._val_info: dict = {}
-        self._epoch_records: list[dict] = []
+        self._epoch_samples: list[dict] = []
         self._metrics_history = MetricsHistory()
 
     # -- set-up --------------------------------------------------------------------------------------
@@ -116,7 +117,7 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunRecordMixin, PhaseAnnouncer, PP
         """Our settings, checked before any worker starts (a bad one is a ValueError naming the key)."""
         check_group_size(config)
         check_trainer_settings(config)  # the same checks our entry point makes before Ray starts
-        self.zero_var_mode = str(OmegaConf.select(config, "isocompute.zero_variance.mode", default="off"))
+        self.zero_var_mode = str(OmegaConf.select(config, "isocompute.zero_variance.mode", default=OFF))
         self.n = int(config.actor_rollout_ref.rollout.n)
         self.b_problem = int(config.data.train_batch_size)
         self.decoupled = config.algorithm.adv_estimator == DECOUPLED_ESTIMATOR
@@ -130,13 +131,13 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunRecordMixin, PhaseAnnouncer, PP
     def _prepare_guided(self, config) -> None:
         """docs/GUIDED.md: validation on unguided problems only; the guided mixture when main_ppo started the run
         (our entry point has made it already; verl builds the datasets after this); the guidance spend, read once."""
-        guided_recipe.check_validation_files(config)
-        guided_recipe.prepare_guided(config)
+        guided_mixture.check_validation_files(config)
+        guided_mixture.prepare_guided(config)
         guided_training_set.check_guided_lengths(config)  # no guided row dropped or cut by verl's length limit
         problems = guided_training_set.training_problems(config)  # the spend counts only the problems trained on
-        self.guidance_spend = guided_recipe.guidance_spend(config, problems)
+        self.guidance_spend = guided_mixture.guidance_spend(config, problems)
         self.spend_problems = None if problems is None else len(problems)
-        self.with_guidance = bool(guided_recipe.spend_locations(guided_recipe.guided_block(config)))
+        self.with_guidance = bool(guided_mixture.spend_locations(guided_mixture.guided_block(config)))
 
     def _build_replay_buffer(self):
         """verl's replay buffer, which must evict a group with a failed rollout and sample a fresh prompt in
@@ -238,7 +239,7 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunRecordMixin, PhaseAnnouncer, PP
             ids["prompts"].unbind(), ids["responses"].unbind(), ids["input_ids"].unbind(),
             [response_masks[i] for i in rows], [loss_masks[i] for i in rows], step=self.global_steps,
         )
-        metrics["timing_s/isocompute_prefix_check"] = time.perf_counter() - start
+        metrics[PREFIX_CHECK_TIMING] = time.perf_counter() - start
 
     def _log_masks(self, masks: StepMasks, acc: np.ndarray, uids: np.ndarray, metrics: dict) -> None:
         real = masks.real
@@ -251,7 +252,7 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunRecordMixin, PhaseAnnouncer, PP
         metrics[metric_key("train_acc")] = float(acc[real].mean()) if real.any() else 0.0
         metrics[metric_key("padding_rows")] = masks.padding_rows
         metrics[metric_key("singleton_rows")] = masks.singleton_rows
-        self._epoch_records.extend({"uid": u, "acc": a} for u, a in zip(uids[real], acc[real], strict=True))
+        self._epoch_samples.extend({"uid": u, "acc": a} for u, a in zip(uids[real], acc[real], strict=True))
 
     # -- the actor update ----------------------------------------------------------------------------
     def _update_actor(self, batch, metrics: dict):
@@ -291,12 +292,12 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunRecordMixin, PhaseAnnouncer, PP
         scores = reward_extra_infos_dict["reward"]
         acc = reward_extra_infos_dict.get("acc") or [None] * len(scores)
         k = int(self.config.actor_rollout_ref.rollout.val_kwargs.n)
-        records, failed = iso_metrics.validation_records(
+        samples, failed = iso_metrics.validation_samples(
             sample_uids, data_sources,
             [float(iso_metrics.is_correct(s, a)) for a, s in zip(acc, scores, strict=True)],
             expected_counts=expected_acc_counts, default_n=k,
         )
-        self._val_info = iso_metrics.validation_metrics(records, k=k, prefix=VAL_PREFIX)
+        self._val_info = iso_metrics.validation_metrics(samples, k=k, prefix=VAL_PREFIX)
         self._val_info[f"{VAL_PREFIX}/failed_samples"] = failed
         metric_dict.update(self._val_info)
         return metric_dict
@@ -349,10 +350,10 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunRecordMixin, PhaseAnnouncer, PP
         self._charge_compute(metrics)
         row = self._row(global_steps, metrics)
         end_of_epoch = global_steps % max(1, self.steps_per_epoch) == 0
-        if self._epoch_records and (end_of_epoch or global_steps >= self.total_training_steps):
-            hist = iso_metrics.pass_rate_histogram(self._epoch_records, bins=self.pass_rate_bins)
+        if self._epoch_samples and (end_of_epoch or global_steps >= self.total_training_steps):
+            hist = iso_metrics.pass_rate_histogram(self._epoch_samples, bins=self.pass_rate_bins)
             row["train/pass_rate_hist"] = {**hist, "complete_epoch": end_of_epoch}
-            self._epoch_records = []
+            self._epoch_samples = []
         self.run_log.append(row)
         self._val_info = {}
         if self.adaptive is not None and global_steps < self.total_training_steps:

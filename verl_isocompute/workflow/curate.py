@@ -218,11 +218,11 @@ def curate(settings: CurateConfig, log: Callable[[str], None] = _stderr, progres
     from verl_isocompute.guided.traces import read_traces
 
     try:
-        records, rounds = cache.load(), cache.load_rounds()
-        stale = to_resample(records, problems["problem_id"], out, settings.keep_correct, settings.resample_untraced)
+        outcomes, rounds = cache.load(), cache.load_rounds()
+        stale = to_resample(outcomes, problems["problem_id"], out, settings.keep_correct, settings.resample_untraced)
         if settings.keep_correct:
             cache.keep_traces()
-        states = {pid: progress_of(None if pid in stale else records.get(pid), rounds.get(pid, []))
+        states = {pid: progress_of(None if pid in stale else outcomes.get(pid), rounds.get(pid, []))
                   for pid in problems["problem_id"]}
         pending = problems[[next_round(states[pid], settings.k, settings.pass_k)[1] > 0 for pid in problems["problem_id"]]]
         n_new = sum(not states[pid]["curated"] for pid in pending["problem_id"])
@@ -230,18 +230,18 @@ def curate(settings: CurateConfig, log: Callable[[str], None] = _stderr, progres
             f"(k = {settings.k}, {cached_with['rollout']} rollout in {sampling_dtype(cfg)}, model {cached_with['model']})"
             + (f"; {len(pending) - n_new} cached problems without a correct sample continue pass@{settings.pass_k}"
                if settings.pass_k else ""))
-        too_long = _sample(cfg, settings, pending, states, cache, records, rounds, log, progress) if len(pending) else []
+        too_long = _sample(cfg, settings, pending, states, cache, outcomes, rounds, log, progress) if len(pending) else []
     finally:
         cache.close()
         for stage, spent in cache.spend().items():  # recomputed from the cache: a rerun never counts twice
             spend.write(out, stage, spent)
     if too_long:
         skipped = pd.concat([skipped, pd.DataFrame(too_long)], ignore_index=True)
-    problems = problems[problems["problem_id"].isin(records)].reset_index(drop=True)
-    difficulty = difficulty_table(problems, records, settings.k)
+    problems = problems[problems["problem_id"].isin(outcomes)].reset_index(drop=True)
+    difficulty = difficulty_table(problems, outcomes, settings.k)
     traces = None
     if settings.keep_correct:
-        traces = trace_counts(records, rounds, read_traces(out), settings.pass_k)
+        traces = trace_counts(outcomes, rounds, read_traces(out), settings.pass_k)
     return write_outputs(
         out, problems, difficulty, skipped, {**cached_with, "source": source, "dtype": sampling_dtype(cfg)}, settings.thresholds,
         mixture_size=settings.mixture_size, sets=settings.sets, val_size=settings.val_size,
@@ -250,7 +250,7 @@ def curate(settings: CurateConfig, log: Callable[[str], None] = _stderr, progres
 
 
 def _sample(cfg, settings: CurateConfig, pending: pd.DataFrame, states: dict[str, dict], cache: SampleCache,
-            records: dict, rounds: dict, log: Callable[[str], None], progress: bool) -> list[dict]:
+            outcomes: dict, rounds: dict, log: Callable[[str], None], progress: bool) -> list[dict]:
     """Sample the pending problems into the cache (their first k, then pass@K rounds while none is correct);
     returns the problems skipped as too long."""
     import sys
@@ -285,22 +285,22 @@ def _sample(cfg, settings: CurateConfig, pending: pd.DataFrame, states: dict[str
     def plan(problem: dict) -> tuple[int, int]:
         return next_round(states[problem["problem_id"]], settings.k, settings.pass_k)
 
-    def done(problem: dict, record: dict) -> None:
-        pid, state = record["id"], states[problem["problem_id"]]
-        kept = record.pop("kept", [])
+    def done(problem: dict, outcome: dict) -> None:
+        pid, state = outcome["id"], states[problem["problem_id"]]
+        kept = outcome.pop("kept", [])
         round_ = plan(problem)[0]
         if round_ == 0:  # curation's first k: the difficulty
             if settings.keep_correct:
-                record["traces_kept"] = True
-            cache.append(record)
-            records[pid] = record
-            state.update(progress_of(record, []))
+                outcome["traces_kept"] = True
+            cache.append(outcome)
+            outcomes[pid] = outcome
+            state.update(progress_of(outcome, []))
         else:  # a rejection round: kept apart, so avg@k and the splits never see it
-            record["round"] = round_
-            cache.append_round(record)
-            rounds.setdefault(pid, []).append(record)
-            state.update(taken=state["taken"] + record["k"], found=state["found"] + record["correct"], rounds=round_)
-        # after the record: an interruption between the two loses this round's traces, never duplicates them
+            outcome["round"] = round_
+            cache.append_round(outcome)
+            rounds.setdefault(pid, []).append(outcome)
+            state.update(taken=state["taken"] + outcome["k"], found=state["found"] + outcome["correct"], rounds=round_)
+        # after the outcome's line: an interruption between the two loses this round's traces, never duplicates them
         if settings.keep_correct:
             cache.append_traces(trace_lines(pid, round_, kept))
         if plan(problem)[1] == 0:

@@ -126,7 +126,7 @@ def write_outputs(
 
 
 def render_report(summary: dict[str, Any], settings: dict[str, Any], skipped: pd.DataFrame) -> str:
-    from verl_isocompute.guided.prefix_search import sampled_in
+    from verl_isocompute.guided.search_tables import sampled_in
 
     k = settings["k"]
     t = summary["thresholds"]
@@ -182,7 +182,7 @@ def render_report(summary: dict[str, Any], settings: dict[str, Any], skipped: pd
                   "traces.jsonl.gz (text and token ids; `isocompute guide --traces DIR` cuts prefixes from them)."]
         if traces["problems_correct_without_trace"]:
             lines.append(f"{traces['problems_correct_without_trace']} problems with a correct sample have no kept trace "
-                         "(an interruption between a record and its traces).")
+                         "(an interruption between an outcome and its traces).")
         if traces["pass_k"]:
             lines += ["", f"Rejection sampling (pass@{traces['pass_k']}): {rej['problems']} problems without a correct "
                       f"sample in the first {k} got {rej['samples']} more samples in {rej['rounds']} rounds of up to {k}; "

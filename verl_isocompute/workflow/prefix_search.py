@@ -20,17 +20,17 @@ sampling as curation, :mod:`verl_isocompute.workflow.rollouts`):
    (:mod:`verl_isocompute.guided.lengths`: for the assistant placement verl measures more than is sent), so
    a chosen prefix is never dropped by the training run; the ladder ends at the first rung that does not fit,
    and a search in which no rung of any problem fits stops with one line naming ``data.max_prompt_length``;
-3. rounds: :func:`verl_isocompute.guided.search.next_rungs` names the next rung of every problem still pending;
+3. rounds: :func:`verl_isocompute.guided.search_rules.next_rungs` names the next rung of every problem still pending;
    k guided responses are sampled at each, scored (the reward sees the continuation only, as in training),
-   and one record per (problem, rung) is appended to ``rungs.jsonl``; until nothing is pending. Ray and the
+   and one outcome per (problem, rung) is appended to ``rungs.jsonl``; until nothing is pending. Ray and the
    rollout replicas are started once for all rounds, and not at all when the cache already decides.
 
-Resume: a record counts for its rung only while its prompt ids are the rung's prompt ids now (a changed
+Resume: an outcome counts for its rung only while its prompt ids are the rung's prompt ids now (a changed
 solution, trace choice or tokenizer makes it stale; it still counts in the spend). ``prefix_search.json``
-keeps what makes records comparable (model, sampling, k, reward, placement, source): a rerun with any of
+keeps what makes outcomes comparable (model, sampling, k, reward, placement, source): a rerun with any of
 these changed is an error naming ``--restart``. The rule, band and ``max_fraction`` may change between runs.
 
-The outputs and every pure part (tables, spend, report, plot) are :mod:`verl_isocompute.guided.prefix_search`.
+The outputs and every pure part (tables, spend, report, plot) are :mod:`verl_isocompute.guided.search_tables`.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ from verl_isocompute.data.difficulty import DEFAULT_K
 from verl_isocompute.data.problem_sets import load_parquet, screen
 from verl_isocompute.errors import CurateError
 from verl_isocompute.guided.placement import ASSISTANT, PLACEMENTS, USER, assistant_turn, user_turn
-from verl_isocompute.guided.prefix_search import (
+from verl_isocompute.guided.search_tables import (
     DEFAULT_BAND,
     PROMPT_TOO_LONG,
-    RECORDS_FILE,
+    RUNGS_FILE,
     SETTINGS_FILE,
     Problem,
     prefixes_table,
@@ -60,7 +60,7 @@ from verl_isocompute.guided.prefix_search import (
     write_outputs,
 )
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION
-from verl_isocompute.guided.search import CHOSEN, EXHAUSTED, PENDING, POPE, RULES, Decision, decisions, next_rungs
+from verl_isocompute.guided.search_rules import CHOSEN, EXHAUSTED, PENDING, POPE, RULES, Decision, decisions, next_rungs
 from verl_isocompute.settings import setting
 from verl_isocompute.workflow.sample_cache import SampleCache
 
@@ -172,13 +172,13 @@ def prefix_search(settings: PrefixSearchConfig, log: Callable[[str], None] = _st
 
     Raises :class:`PrefixSearchError` (or the recipe's / model's own error) on bad input, and
     :class:`~verl_isocompute.workflow.launch.Interrupted` after SIGTERM / SIGINT once Ray is shut down (the
-    records sampled so far stay in rungs.jsonl: run again to resume)."""
+    outcomes sampled so far stay in rungs.jsonl: run again to resume)."""
     settings.check()
     out, placement = Path(settings.out), settings.chosen_placement
     frame, screened = screen(load_parquet(settings.data), check_answers=settings.check_answers)
     solutions = None
     if settings.traces:
-        from verl_isocompute.guided.recipe import trace_solutions
+        from verl_isocompute.guided.mixture import trace_solutions
         from verl_isocompute.guided.traces import TracesError
 
         try:
@@ -200,28 +200,28 @@ def prefix_search(settings: PrefixSearchConfig, log: Callable[[str], None] = _st
     prompts = guided_prompts(problems, sampler, placement)
     if not any(p.reason is None for p in problems):
         raise PrefixSearchError(too_long_line(problems, sampler, searchable))
-    cache = SampleCache(out, identity, restart=settings.restart, samples_file=RECORDS_FILE, settings_file=SETTINGS_FILE)
+    cache = SampleCache(out, identity, restart=settings.restart, samples_file=RUNGS_FILE, settings_file=SETTINGS_FILE)
     searched = {p.problem_id: len(p.ladder) for p in problems if p.reason is None}
     skipped = len(problems) - len(searched)
-    records = cache.records()
+    outcomes = cache.outcomes()
     log(f"[prefix-search] {len(problems) + len(screened)} problems: {len(searched)} to search ({settings.rule}, k = {settings.k}, "
         f"placement {placement}, sampling{sampled_in(sampling_dtype(cfg))}), {skipped + len(screened)} skipped"
         + (f" ({dict(Counter(p.reason for p in problems if p.reason))})" if skipped else "")
-        + f"; {len(records)} rung samplings cached")
+        + f"; {len(outcomes)} rung samplings cached")
     rounds = 0
     try:
-        rounds = _rounds(settings, sampler, problems, prompts, cache, records, log, progress)
+        rounds = _rounds(settings, sampler, problems, prompts, cache, outcomes, log, progress)
     finally:
         cache.close()
-    table = prefixes_table(problems, current(records, prompts), settings.rule, settings.band, placement)
+    table = prefixes_table(problems, current(outcomes, prompts), settings.rule, settings.band, placement)
     report_settings = {**identity, "rule": settings.rule, "band": list(settings.band), "max_fraction": settings.max_fraction,
                        "dtype": sampling_dtype(cfg)}
-    return write_outputs(out, table, records, screened, report_settings, rounds)
+    return write_outputs(out, table, outcomes, screened, report_settings, rounds)
 
 
-def current(records: list[Mapping], prompts: Mapping[tuple[str, int], list[int]]) -> list[Mapping]:
-    """The records that still describe their rung: sampled with the prompt ids the rung has now."""
-    return [r for r in records if prompts.get((r["id"], int(r["rung"]))) == r.get("prompt_ids")]
+def current(outcomes: list[Mapping], prompts: Mapping[tuple[str, int], list[int]]) -> list[Mapping]:
+    """The outcomes that still describe their rung: sampled with the prompt ids the rung has now."""
+    return [r for r in outcomes if prompts.get((r["id"], int(r["rung"]))) == r.get("prompt_ids")]
 
 
 def too_long_line(problems: list[Problem], sampler, searchable: int) -> str:
@@ -267,7 +267,7 @@ def guided_prompts(problems: list[Problem], sampler, placement: str) -> dict[tup
 
 
 def _rounds(settings: PrefixSearchConfig, sampler, problems: list[Problem], prompts: Mapping[tuple[str, int], list[int]],
-            cache: SampleCache, records: list, log: Callable[[str], None], progress: bool) -> int:
+            cache: SampleCache, outcomes: list, log: Callable[[str], None], progress: bool) -> int:
     """Sample rounds until no problem is pending; Ray and the replicas start only if something is pending."""
     from tqdm import tqdm
 
@@ -278,7 +278,7 @@ def _rounds(settings: PrefixSearchConfig, sampler, problems: list[Problem], prom
     searched = {p.problem_id: len(p.ladder) for p in problems if p.reason is None}
     skipped = len(problems) - len(searched)
     by_id = {p.problem_id: p for p in problems}
-    valid = current(records, prompts)
+    valid = current(outcomes, prompts)
     pending = next_rungs(searched, valid, rule, band)
     if not pending:
         log(_round_line(0, decisions(searched, valid, rule, band), skipped) + " (all decided by the cached rung samplings)")
@@ -298,10 +298,10 @@ def _rounds(settings: PrefixSearchConfig, sampler, problems: list[Problem], prom
             bar = tqdm(total=len(batch), unit="rung", desc=f"round {rounds}: k={settings.k}", file=sys.stderr,
                        dynamic_ncols=True, disable=not progress)
 
-            def done(record: dict, bar=bar) -> None:
-                cache.append(record)
-                records.append(record)
-                valid.append(record)
+            def done(outcome: dict, bar=bar) -> None:
+                cache.append(outcome)
+                outcomes.append(outcome)
+                valid.append(outcome)
                 bar.update(1)
 
             started = time.perf_counter()

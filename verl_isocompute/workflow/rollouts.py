@@ -18,7 +18,7 @@ correct by the rule training uses (:func:`verl_isocompute.training.metrics.is_co
 ``acc`` is true, or, for a reward that does not give one, when the score exceeds 0.5. Problems are processed with at most ``concurrency`` in flight; each is handed to a callback
 as soon as its k scores are in (the cache appends it), so an interruption loses only the ones in flight.
 Ray and the replicas are started once (:func:`running`) for any number of batches: curation samples one,
-the prefix search (:mod:`verl_isocompute.guided.prefix_search`) one per round.
+the prefix search (:mod:`verl_isocompute.workflow.prefix_search`) one per round.
 
 Ray: a private local instance with the recipe's ``ray_kwargs.ray_init`` (on the CPU platform: logical
 GPUs for the resource pool), or an existing cluster when an address is given (then the cluster must
@@ -76,7 +76,7 @@ class KSampler:
         self.cfg = cfg
         self.k = k
         self.concurrency = concurrency
-        self.keep_correct = keep_correct  # records carry "kept": the correct responses' text and token ids
+        self.keep_correct = keep_correct  # outcomes carry "kept": the correct responses' text and token ids
         rollout = cfg.actor_rollout_ref.rollout
         self.prompt_length = int(rollout.prompt_length)
         self.sampling_params = {
@@ -146,7 +146,7 @@ class KSampler:
         ])
         scored = await asyncio.gather(*[self._score(problem, out.token_ids) for out in outputs])
         max_tokens = self.sampling_params["max_tokens"]
-        record = {
+        outcome = {
             "id": problem["problem_id"], "k": n, "correct": int(sum(ok for ok, _ in scored)),
             "scores": [int(ok) for ok, _ in scored],
             "answers": [None if a is None else str(a)[:64] for _, a in scored],
@@ -154,26 +154,26 @@ class KSampler:
             "truncated": int(sum(len(out.token_ids) >= max_tokens for out in outputs)),
         }
         if self.keep_correct:
-            record["kept"] = [{"sample": i, "text": self.text(out.token_ids), "token_ids": [int(t) for t in out.token_ids]}
+            outcome["kept"] = [{"sample": i, "text": self.text(out.token_ids), "token_ids": [int(t) for t in out.token_ids]}
                               for i, (out, (ok, _)) in enumerate(zip(outputs, scored)) if ok]
-        return record
+        return outcome
 
     async def sample_batch(self, problems: list[dict[str, Any]], on_done: Callable[[dict[str, Any]], None]) -> None:
         """Sample and score every problem (dicts with problem_id, prompt_ids, ground_truth, ...) on the started
-        replicas; ``on_done`` gets each problem's record (plus the problem's ``carry`` fields) as it finishes."""
+        replicas; ``on_done`` gets each problem's outcome (plus the problem's ``carry`` fields) as it finishes."""
         gate = asyncio.Semaphore(self.concurrency)
 
         async def one(index: int, problem: dict[str, Any]) -> None:
             async with gate:
-                record = await self._problem(index, problem, problem["prompt_ids"])
-            on_done({**record, **problem.get("carry", {})})
+                outcome = await self._problem(index, problem, problem["prompt_ids"])
+            on_done({**outcome, **problem.get("carry", {})})
 
         await asyncio.gather(*[one(i, p) for i, p in enumerate(problems)])
 
     async def run_rounds(self, problems: list[dict[str, Any]], on_done: Callable[[dict[str, Any], dict[str, Any]], None],
                          next_round: Callable[[dict[str, Any]], tuple[int, int]]) -> None:
         """Sample each problem in rounds (rejection sampling): ``next_round(problem)`` gives (round, samples),
-        samples 0 when the problem is done; each round's record goes to ``on_done(problem, record)``, which
+        samples 0 when the problem is done; each round's outcome goes to ``on_done(problem, outcome)``, which
         updates what ``next_round`` sees. A problem's rounds run one after the other, problems concurrently."""
         gate = asyncio.Semaphore(self.concurrency)
 
@@ -183,8 +183,8 @@ class KSampler:
                 if n <= 0:
                     return
                 async with gate:
-                    record = await self._problem(index, problem, problem["prompt_ids"], n, round_)
-                on_done(problem, record)
+                    outcome = await self._problem(index, problem, problem["prompt_ids"], n, round_)
+                on_done(problem, outcome)
 
         await asyncio.gather(*[one(i, p) for i, p in enumerate(problems)])
 

@@ -1,6 +1,11 @@
 """Curation's per-problem sample cache (``samples.jsonl``, ``curation.json``, with ``--pass-k`` ``rejection.jsonl``,
 with ``--keep-correct`` ``traces.jsonl.gz``) and what to sample next from it: curation's k, then the rejection
 rounds of pass@K. Appended as problems finish, so an interrupted curation resumes where it stopped.
+
+Each line is one **outcome**: k samples of one problem (a rejection round's, a prefix-search rung's),
+scored, ``{"id", "k", "correct", "response_tokens", "truncated", ...}``, as
+:class:`verl_isocompute.workflow.rollouts.KSampler` returns it ("records" are only the paper's
+record-breaking points, in the fit).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ SETTINGS_FILE = "curation.json"
 
 
 class _Appended(JsonlAppender):
-    """A cache file of JSON lines appended one record at a time (:mod:`verl_isocompute.jsonl`: a last line
+    """A cache file of JSON lines appended one outcome at a time (:mod:`verl_isocompute.jsonl`: a last line
     cut by an interruption is skipped and reported, any other bad line is an error naming it)."""
 
     def lines(self) -> list[dict[str, Any]]:
@@ -31,13 +36,13 @@ class _Appended(JsonlAppender):
 
 
 class SampleCache:
-    """``samples.jsonl`` (one record per sampled problem: its first k samples) and ``curation.json`` (the
-    settings it holds); with ``--pass-k``, ``rejection.jsonl`` (one record per rejection round of a problem);
+    """``samples.jsonl`` (one outcome per sampled problem: its first k samples) and ``curation.json`` (the
+    settings it holds); with ``--pass-k``, ``rejection.jsonl`` (one outcome per rejection round of a problem);
     with ``--keep-correct``, ``traces.jsonl.gz`` (the correct responses, :mod:`verl_isocompute.guided.traces`).
 
-    Records are appended as problems (rounds) finish; a line cut by an interruption is skipped (and reported)
+    Outcomes are appended as problems (rounds) finish; a line cut by an interruption is skipped (and reported)
     on reading, any other bad line is an error naming it.
-    The prefix search keeps its per-rung records the same way under its own file names.
+    The prefix search keeps its per-rung outcomes the same way under its own file names.
     """
 
     def __init__(self, out_dir: Path, settings: dict[str, Any], restart: bool = False,
@@ -66,26 +71,26 @@ class SampleCache:
         self.traces_path = out_dir / TRACES_FILE
         self._traces = None
 
-    def records(self) -> list[dict[str, Any]]:
-        """Every complete record, in the order written."""
+    def outcomes(self) -> list[dict[str, Any]]:
+        """Every complete outcome, in the order written."""
         return self.samples.lines()
 
     def load(self) -> dict[str, dict[str, Any]]:
-        """The newest record of each problem (a problem re-sampled with --resample-untraced has two lines)."""
-        return {record["id"]: record for record in self.samples.lines()}
+        """The newest outcome of each problem (a problem re-sampled with --resample-untraced has two lines)."""
+        return {outcome["id"]: outcome for outcome in self.samples.lines()}
 
     def load_rounds(self) -> dict[str, list[dict[str, Any]]]:
         """Each problem's rejection rounds, in order."""
         out: dict[str, list[dict[str, Any]]] = {}
-        for record in self.rounds.lines():
-            out.setdefault(record["id"], []).append(record)
+        for outcome in self.rounds.lines():
+            out.setdefault(outcome["id"], []).append(outcome)
         return out
 
-    def append(self, record: dict[str, Any]) -> None:
-        self.samples.append(record)
+    def append(self, outcome: dict[str, Any]) -> None:
+        self.samples.append(outcome)
 
-    def append_round(self, record: dict[str, Any]) -> None:
-        self.rounds.append(record)
+    def append_round(self, outcome: dict[str, Any]) -> None:
+        self.rounds.append(outcome)
 
     def keep_traces(self) -> None:
         """Open ``traces.jsonl.gz`` for appending (created now, so an empty one says: kept, none correct yet)."""
@@ -100,7 +105,7 @@ class SampleCache:
 
     def spend(self) -> dict[str, Any]:
         """Rollouts and tokens of every sampling in the cache per problem, recomputed from its lines (a rerun never
-        adds twice): curation = the first k of each problem (also the k of a record later replaced), rejection =
+        adds twice): curation = the first k of each problem (also the k of an outcome later replaced), rejection =
         its rounds."""
         from verl_isocompute.guided.spend import CURATION, REJECTION_SAMPLING, per_problem
 
@@ -114,15 +119,15 @@ class SampleCache:
             self._traces = None
 
 
-def to_resample(records: dict[str, dict[str, Any]], problem_ids: Iterable[str], out: Path, keep_correct: bool,
+def to_resample(outcomes: dict[str, dict[str, Any]], problem_ids: Iterable[str], out: Path, keep_correct: bool,
                 resample_untraced: bool) -> set[str]:
     """Cached problems to sample again: with --keep-correct, those with a correct sample whose responses were
     not kept (sampled without the flag). Never mixed silently: without --resample-untraced they are an error
     naming the fix. (A cached problem with no correct sample has nothing to keep and stays as it is.)"""
     if not keep_correct:
         return set()
-    stale = {pid for pid in problem_ids if pid in records and records[pid]["correct"] > 0
-             and not records[pid].get("traces_kept")}
+    stale = {pid for pid in problem_ids if pid in outcomes and outcomes[pid]["correct"] > 0
+             and not outcomes[pid].get("traces_kept")}
     if stale and not resample_untraced:
         raise CurateError(
             f"{out} holds {len(stale)} problems with correct samples taken without --keep-correct (their responses "
@@ -132,12 +137,12 @@ def to_resample(records: dict[str, dict[str, Any]], problem_ids: Iterable[str], 
     return stale
 
 
-def progress_of(record: dict[str, Any] | None, rounds: list[dict[str, Any]]) -> dict[str, Any]:
+def progress_of(outcome: dict[str, Any] | None, rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """A problem's sampling so far: curated (has its first k), samples taken, correct found, rejection rounds done."""
-    if record is None:
+    if outcome is None:
         return {"curated": False, "taken": 0, "found": 0, "rounds": 0}
-    return {"curated": True, "taken": int(record["k"]) + sum(int(r["k"]) for r in rounds),
-            "found": int(record["correct"]) + sum(int(r["correct"]) for r in rounds), "rounds": len(rounds)}
+    return {"curated": True, "taken": int(outcome["k"]) + sum(int(r["k"]) for r in rounds),
+            "found": int(outcome["correct"]) + sum(int(r["correct"]) for r in rounds), "rounds": len(rounds)}
 
 
 def next_round(state: dict[str, Any], k: int, pass_k: int | None) -> tuple[int, int]:
@@ -150,11 +155,11 @@ def next_round(state: dict[str, Any], k: int, pass_k: int | None) -> tuple[int, 
     return state["rounds"] + 1, rejection_round(k, pass_k, state["taken"], state["found"])
 
 
-def trace_counts(records: dict[str, dict[str, Any]], rounds: dict[str, list[dict[str, Any]]],
+def trace_counts(outcomes: dict[str, dict[str, Any]], rounds: dict[str, list[dict[str, Any]]],
                  traces: list[dict[str, Any]], pass_k: int | None) -> dict[str, Any]:
     """What the report says about traces and rejection sampling (all recomputed from the cache files)."""
     have = {t["id"] for t in traces}
-    found = {pid for pid, r in records.items() if r["correct"] > 0} | {pid for pid, rs in rounds.items() if any(r["correct"] for r in rs)}
+    found = {pid for pid, r in outcomes.items() if r["correct"] > 0} | {pid for pid, rs in rounds.items() if any(r["correct"] for r in rs)}
     rejected = [r for rs in rounds.values() for r in rs]
     return {
         "pass_k": pass_k, "traces": len(traces), "problems_with_trace": len(have),

@@ -19,9 +19,11 @@ import importlib.util
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from verl_isocompute.training.conf import select
 from verl_isocompute.workflow.sweep.executors import RayConfig
 from verl_isocompute.workflow.sweep.grid import CELL_KEYS, Cell, Plan, cell_overrides, micro_batch_issue
 from verl_isocompute.workflow.sweep.plan import check_data_files
@@ -69,11 +71,7 @@ def dataset_size(plan: Plan) -> int | None:
 
 def batch_check(cfg) -> Callable[[Cell], str | None]:
     """The recipe's fixed micro-batch sizes, as a per-cell check (see :func:`.plan.micro_batch_issue`)."""
-    from omegaconf import OmegaConf
-
-    def get(key, default=None):
-        return OmegaConf.select(cfg, key, default=default)
-
+    get = partial(select, cfg)  # the one dotted-key reader, bound to the recipe
     sizes = {}
     if not get("actor_rollout_ref.actor.use_dynamic_bsz", False):
         sizes["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = get("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")

@@ -2,7 +2,7 @@
 
 Each problem has a prefix ladder (:func:`verl_isocompute.guided.prefixes.prefix_ladder`); rung ``r`` is its
 ``r``-th prefix, shortest first (1-based). The search samples k guided responses at one rung at a time and
-records ``{"id", "rung", "k", "correct"}``. Two rules decide from those records:
+keeps each rung's outcome ``{"id", "rung", "k", "correct"}``. Two rules decide from those outcomes:
 
 - ``pope`` (arXiv 2601.18779): the **shortest** prefix with at least one success in k samples, up to the
   cap (the ladder holds only prefixes within ``max_fraction``). The search climbs from rung 1 and stops at
@@ -13,9 +13,9 @@ records ``{"id", "rung", "k", "correct"}``. Two rules decide from those records:
   chosen as it is (no shorter prefix exists).
 
 Both only ever move up the ladder from rung 1, so a problem needs at most one new rung per round, and the
-records alone say where each problem stands: a search resumed from its record file continues where it
+outcomes alone say where each problem stands: a search resumed from its cache of outcomes continues where it
 stopped (:func:`next_rungs`). Sampling is not here: the driver is
-:mod:`verl_isocompute.guided.prefix_search` (``isocompute prefix-search``).
+:mod:`verl_isocompute.workflow.prefix_search` (``isocompute prefix-search``).
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ class Decision:
     rung: int | None
 
 
-def _avg(record: Mapping) -> float:
-    return record["correct"] / record["k"]
+def _avg(outcome: Mapping) -> float:
+    return outcome["correct"] / outcome["k"]
 
 
 def decide(outcomes: Mapping[int, Mapping], n_rungs: int, rule: str = POPE, band: tuple[float, float] = (0.25, 0.75)) -> Decision:
-    """The decision for one problem from its per-rung records ``{rung: {"k", "correct"}}`` and ladder length."""
+    """The decision for one problem from its per-rung outcomes ``{rung: {"k", "correct"}}`` and ladder length."""
     if rule not in RULES:
         raise ValueError(f"rule={rule!r}: use {' or '.join(RULES)}")
     low, high = band
@@ -67,18 +67,18 @@ def decide(outcomes: Mapping[int, Mapping], n_rungs: int, rule: str = POPE, band
     return Decision(EXHAUSTED, None)
 
 
-def decisions(ladders: Mapping[str, int], records: Iterable[Mapping], rule: str = POPE,
+def decisions(ladders: Mapping[str, int], outcomes: Iterable[Mapping], rule: str = POPE,
               band: tuple[float, float] = (0.25, 0.75)) -> dict[str, Decision]:
-    """:func:`decide` for every problem ``{id: ladder length}`` from the search's records (later records of the
+    """:func:`decide` for every problem ``{id: ladder length}`` from the search's outcomes (later outcomes of the
     same problem and rung replace earlier ones)."""
-    outcomes: dict[str, dict[int, Mapping]] = {pid: {} for pid in ladders}
-    for record in records:
-        if record["id"] in outcomes:
-            outcomes[record["id"]][int(record["rung"])] = record
-    return {pid: decide(outcomes[pid], n, rule, band) for pid, n in ladders.items()}
+    by_problem: dict[str, dict[int, Mapping]] = {pid: {} for pid in ladders}
+    for outcome in outcomes:
+        if outcome["id"] in by_problem:
+            by_problem[outcome["id"]][int(outcome["rung"])] = outcome
+    return {pid: decide(by_problem[pid], n, rule, band) for pid, n in ladders.items()}
 
 
-def next_rungs(ladders: Mapping[str, int], records: Iterable[Mapping], rule: str = POPE,
+def next_rungs(ladders: Mapping[str, int], outcomes: Iterable[Mapping], rule: str = POPE,
                band: tuple[float, float] = (0.25, 0.75)) -> dict[str, int]:
     """The rung to sample next for every problem still pending: one search round."""
-    return {pid: d.rung for pid, d in decisions(ladders, records, rule, band).items() if d.status == PENDING}
+    return {pid: d.rung for pid, d in decisions(ladders, outcomes, rule, band).items() if d.status == PENDING}

@@ -1,6 +1,9 @@
-"""From logged steps to the empirical compute-optimal frontier.
+"""The points a fit starts from: each run's validation points and the record-breaking points over all runs.
 
-Steps 1 and 2 of the playbook's fitting workflow (arXiv 2603.12151, section 4):
+Steps 1 and 2 of the playbook's fitting workflow (arXiv 2603.12151, section 4). The record-breaking points
+are the empirical compute-optimal frontier (:class:`Frontier`, the best reward reached at compute <= C); the
+fitted frontier, the upper envelope of the per-n curves and n*(C), is steps 3 to 5
+(:mod:`verl_isocompute.scaling.fit`, :mod:`verl_isocompute.scaling.envelope`).
 
 1. Per run, the validation metric (``val/avg@4`` by default; any logged metric works, higher is better)
    against cumulative compute C (rollouts, or generated tokens). Points at C = 0 (the validation before
@@ -34,9 +37,9 @@ from verl_isocompute.runlog import DEFAULT_METRIC, WITH_CURATION, WITH_GUIDANCE
 from verl_isocompute.scaling.curve import COMPUTE_UNITS, MAX_COMPUTE, metric_range
 from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.scaling.fit_defaults import DEFAULT_BUCKET
-from verl_isocompute.scaling.records import RESPONSE_LENGTH, RunLogs, name_runs
+from verl_isocompute.scaling.run_logs import RESPONSE_LENGTH, RunLogs, name_runs
 
-# How compute was derived for runs that did not log it (see records.py), as the report says it.
+# How compute was derived for runs that did not log it (see run_logs.py), as the report says it.
 _DERIVED = {
     "rollouts": {
         "derived": "rollouts not logged: C derived as step x n x b_problem",

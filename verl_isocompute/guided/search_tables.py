@@ -8,14 +8,14 @@ PrefixRL (arXiv 2601.18795) sets the difficulty of a guided problem by its prefi
 
 - :func:`problems_of`: each problem's prefix ladder (:func:`verl_isocompute.guided.prefixes.prefix_ladder`:
   rung r = the first r steps) from its solution column or its PrefixRL trace, or the reason it has none;
-- :func:`prefixes_table`: the records of the sampled rungs -> one row per problem under a rule of
-  :mod:`verl_isocompute.guided.search` (``pope`` / ``band``); :func:`spend_of`: the rollouts they cost;
+- :func:`prefixes_table`: the outcomes of the sampled rungs -> one row per problem under a rule of
+  :mod:`verl_isocompute.guided.search_rules` (``pope`` / ``band``); :func:`spend_of`: the rollouts they cost;
 - :func:`read_chosen` / :func:`searched_placement`: the table read back by ``isocompute guide --prefixes`` and
   ``isocompute.guided.prefixes``, each problem guided at its chosen prefix;
 - :func:`write_outputs`: ``prefixes.parquet`` (one row per problem: status chosen / exhausted / skipped, the
   reason, the chosen rung, its text and fraction, the guided avg@k there, the ladder length), ``report.md``,
   ``prefix_search.png``, ``summary.json`` and ``spend.json`` (stage ``prefix_search``, recomputed from every
-  record and kept per problem, so a resumed search never counts a sample twice and a run counts only its
+  outcome and kept per problem, so a resumed search never counts a sample twice and a run counts only its
   training problems; :mod:`verl_isocompute.guided.spend`).
 
 Pure: pandas, numpy and matplotlib; no verl, torch or Ray.
@@ -33,15 +33,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from verl_isocompute import atomic
+from verl_isocompute import _compat, atomic
 from verl_isocompute.data.problems import ground_truth_of, messages_of
 from verl_isocompute.guided import spend
 from verl_isocompute.guided.placement import NO_TRACE, NO_USER_TURN, USER
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION, Prefix, lookup, prefix_ladder, skip_reason
-from verl_isocompute.guided.search import CHOSEN, EXHAUSTED, POPE, Decision, decisions
+from verl_isocompute.guided.search_rules import CHOSEN, EXHAUSTED, POPE, Decision, decisions
 from verl_isocompute.jsonl import plain
 
-RECORDS_FILE = "rungs.jsonl"
+RUNGS_FILE = "rungs.jsonl"  # the cache of rung outcomes, one line per sampled (problem, rung)
 SETTINGS_FILE = "prefix_search.json"
 PREFIXES_FILE = "prefixes.parquet"
 PLOT_FILE = "prefix_search.png"
@@ -50,11 +50,14 @@ PROMPT_TOO_LONG = "prompt_too_long"  # even rung 1's guided prompt is longer tha
 NO_SUCCESS = "no_success"  # pope: no rung had a correct sample
 NOT_IN_BAND = "no_rung_in_band"  # band: every rung's guided avg@k stayed below the band
 DEFAULT_BAND = (0.25, 0.75)
+# RECORDS_FILE until 0.2 ("records" are the fit's record-breaking points); the old name works for one release.
+__getattr__ = _compat.moved_names(__name__, {}, renamed={"RECORDS_FILE": "RUNGS_FILE"})
+
 COLUMNS = ["problem_id", "status", "reason", "rung", "prefix", "prefix_fraction", "guided_avg_at_k", "k",
            "n_rungs", "rungs_sampled", "placement"]
 
 
-# --- pure parts: problems, records -> table, spend ---------------------------------------------------
+# --- pure parts: problems, outcomes -> table, spend ---------------------------------------------------
 
 
 @dataclass
@@ -90,21 +93,21 @@ def problems_of(frame: pd.DataFrame, solution_key: str, placement: str, max_frac
     return out
 
 
-def latest(records: Iterable[Mapping]) -> dict[tuple[str, int], Mapping]:
-    """The record of each (problem, rung); a later record replaces an earlier one."""
-    return {(r["id"], int(r["rung"])): r for r in records}
+def latest(outcomes: Iterable[Mapping]) -> dict[tuple[str, int], Mapping]:
+    """The outcome of each (problem, rung); a later outcome replaces an earlier one."""
+    return {(r["id"], int(r["rung"])): r for r in outcomes}
 
 
-def spend_of(records: Iterable[Mapping]) -> spend.Spend:
-    """Rollouts (sum of k) and generated tokens over every record: all the sampling the search did."""
-    return sum(spend.per_problem(records).values(), spend.Spend())
+def spend_of(outcomes: Iterable[Mapping]) -> spend.Spend:
+    """Rollouts (sum of k) and generated tokens over every outcome: all the sampling the search did."""
+    return sum(spend.per_problem(outcomes).values(), spend.Spend())
 
 
-def prefixes_table(problems: list[Problem], records: Iterable[Mapping], rule: str = POPE,
+def prefixes_table(problems: list[Problem], outcomes: Iterable[Mapping], rule: str = POPE,
                    band: tuple[float, float] = DEFAULT_BAND, placement: str = USER) -> pd.DataFrame:
     """One row per problem: status (chosen / exhausted / skipped, or pending for an unfinished search),
     reason, chosen rung with its prefix text and fraction, guided avg@k at that rung, k, ladder length."""
-    by_rung = latest(records)
+    by_rung = latest(outcomes)
     searched = {p.problem_id: len(p.ladder) for p in problems if p.reason is None}
     decided: dict[str, Decision] = decisions(searched, by_rung.values(), rule, band)
     rows = []
@@ -119,9 +122,9 @@ def prefixes_table(problems: list[Problem], records: Iterable[Mapping], rule: st
             if d.status == EXHAUSTED:
                 row["reason"] = NO_SUCCESS if rule == POPE else NOT_IN_BAND
             elif d.status == CHOSEN:
-                record, prefix = by_rung[(p.problem_id, d.rung)], p.ladder[d.rung - 1]
+                outcome, prefix = by_rung[(p.problem_id, d.rung)], p.ladder[d.rung - 1]
                 row.update(rung=d.rung, prefix=prefix.text, prefix_fraction=prefix.fraction,
-                           guided_avg_at_k=record["correct"] / record["k"], k=int(record["k"]))
+                           guided_avg_at_k=outcome["correct"] / outcome["k"], k=int(outcome["k"]))
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -166,10 +169,10 @@ def read_chosen(path: str | Path, placement: str) -> dict[str, Prefix | str]:
     return out
 
 
-def summary_of(table: pd.DataFrame, records: list[Mapping], screened: pd.DataFrame, rounds: int) -> dict[str, Any]:
+def summary_of(table: pd.DataFrame, outcomes: list[Mapping], screened: pd.DataFrame, rounds: int) -> dict[str, Any]:
     chosen = table[table["status"] == CHOSEN]
     fractions = chosen["prefix_fraction"]
-    total = spend_of(records)
+    total = spend_of(outcomes)
     return {
         "problems": int(len(table) + len(screened)),
         "status": {s: int(n) for s, n in table["status"].value_counts().items()},
@@ -179,7 +182,7 @@ def summary_of(table: pd.DataFrame, records: list[Mapping], screened: pd.DataFra
                             | {"mean": float(fractions.mean())}) if len(chosen) else None,
         "chosen_rungs": {int(r): int(n) for r, n in chosen["rung"].value_counts().sort_index().items()},
         "mean_guided_avg_at_k": float(chosen["guided_avg_at_k"].mean()) if len(chosen) else None,
-        "rounds": rounds, "rollouts": total.rollouts, "tokens": total.tokens, "records": len(records),
+        "rounds": rounds, "rollouts": total.rollouts, "tokens": total.tokens, "records": len(outcomes),  # summary.json's key
     }
 
 
@@ -221,7 +224,7 @@ def render_report(summary: Mapping[str, Any], settings: Mapping[str, Any]) -> st
         lines += ["| status: reason | problems |", "|---|---|", *[f"| {r} | {n} |" for r, n in summary["reasons"].items()]]
     else:
         lines.append("None.")
-    lines += ["", f"Files: {PREFIXES_FILE}, {PLOT_FILE}, spend.json, {RECORDS_FILE} (the per-rung cache), "
+    lines += ["", f"Files: {PREFIXES_FILE}, {PLOT_FILE}, spend.json, {RUNGS_FILE} (the per-rung cache), "
               f"{SETTINGS_FILE} (its settings). Guide with them: `isocompute guide TRAIN -o OUT --prefixes <this dir> "
               f"--placement {settings['placement']}`.", ""]
     return "\n".join(lines)
@@ -252,13 +255,13 @@ def plot_prefixes(table: pd.DataFrame, k: int, path: Path, max_fraction: float =
     return atomic.save_figure(path, fig, dpi=100)
 
 
-def write_outputs(out: Path, table: pd.DataFrame, records: list[Mapping], screened: pd.DataFrame,
+def write_outputs(out: Path, table: pd.DataFrame, outcomes: list[Mapping], screened: pd.DataFrame,
                   settings: Mapping[str, Any], rounds: int) -> dict[str, Any]:
-    """prefixes.parquet, report.md, prefix_search.png, spend.json (set from every record) and summary.json."""
+    """prefixes.parquet, report.md, prefix_search.png, spend.json (set from every outcome) and summary.json."""
     out = Path(out)
     atomic.write_parquet(out / PREFIXES_FILE, table)
-    spend.write(out, spend.PREFIX_SEARCH, spend.per_problem(records))
-    summary = summary_of(table, records, screened, rounds)
+    spend.write(out, spend.PREFIX_SEARCH, spend.per_problem(outcomes))
+    summary = summary_of(table, outcomes, screened, rounds)
     plot_prefixes(table, int(settings["k"]), out / PLOT_FILE, float(settings["max_fraction"]))
     atomic.write_text(out / "report.md", render_report(summary, settings))
     atomic.write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")

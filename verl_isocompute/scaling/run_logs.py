@@ -37,7 +37,7 @@ infinite value is an error instead. A value that is not a number (a string, ``tr
 dropped silently, since dropping it would drop its column (and C would be re-derived) or its run: it is
 an error naming the file, the line and the key. The exception is a key that holds no number at all in a
 file (a tag, a note): it is not a metric and is left out, unless it is the metric being fitted
-(:attr:`RunLogs.text_cells`, checked by :func:`~verl_isocompute.scaling.frontier.validation_points`).
+(:attr:`RunLogs.text_cells`, checked by :func:`~verl_isocompute.scaling.points.validation_points`).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from verl_isocompute.scaling import sources
 from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.scaling.log_files import find_logs, unreadable
 from verl_isocompute.scaling.log_readers import KEY_COLUMNS, RawRun, read_csv_log, read_jsonl_log
-from verl_isocompute.scaling.run_settings import RunSettings
+from verl_isocompute.scaling.run_settings import RunSettings, check_one_n
 from verl_isocompute.scaling.run_table import load_run_table
 
 RESPONSE_LENGTH = "response_length/mean"
@@ -208,6 +208,7 @@ def _finalize(raw: RawRun, settings: RunSettings, derive_compute: bool, notes: _
     step = cols["step"]
 
     meta: dict[str, Any] = {"run": raw.name, "path": str(raw.path), "format": raw.fmt}
+    check_one_n(raw.name, raw.header, cols)  # a per-prompt-n run has no one n (a schedule run: resolve)
     for key in ("n", "b_problem"):
         value, source = settings.resolve(raw.name, raw.path, raw.root, raw.fmt, cols.get(key), cols["step"], raw.header,
                                          key, notes)

@@ -91,7 +91,7 @@ class GuideConfig:
         if cut == TOKENS and not traces:
             raise ValueError("cut=tokens cuts the kept token ids of traces: give traces (a curate --keep-correct directory)")
         if prefixes:
-            from verl_isocompute.guided.prefix_search import read_chosen, searched_placement
+            from verl_isocompute.guided.search_tables import read_chosen, searched_placement
 
             placement = placement or searched_placement(prefixes) or USER
             options["searched"] = read_chosen(prefixes, placement)
