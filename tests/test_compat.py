@@ -60,24 +60,13 @@ def test_names_moved_out_of_a_split_module_still_import_with_a_warning(old):
         ("verl_isocompute.guided.mixture", "GuideOptions", "GuideConfig"),
         ("verl_isocompute.data.arithmetic", "ArithmeticSpec", "ArithmeticConfig"),
         ("verl_isocompute.data.worked", "WorkedSpec", "WorkedConfig"),
-    ],
-)
-def test_settings_classes_renamed_to_one_suffix_keep_their_old_name_with_a_warning(module, old, new):
-    """0.2 names every settings dataclass ``...Config``; the old name is the same class for one release."""
-    loaded = importlib.import_module(module)
-    with pytest.warns(DeprecationWarning, match=f"{module}.{old} is now {module}.{new}"):
-        assert getattr(loaded, old) is getattr(loaded, new)
-
-
-@pytest.mark.parametrize(
-    "module, old, new",
-    [
         ("verl_isocompute.guided.search_tables", "RECORDS_FILE", "RUNGS_FILE"),
         ("verl_isocompute.training.metrics", "validation_records", "validation_samples"),
     ],
 )
-def test_names_that_said_records_keep_their_old_name_with_a_warning(module, old, new):
-    """0.2 keeps "records" for the fit's record-breaking points; other names that said it keep working one release."""
+def test_renamed_names_keep_their_old_name_with_a_warning(module, old, new):
+    """0.2 names every settings dataclass ``...Config`` and keeps "records" for the fit's record-breaking points;
+    each old name is the same object as the new one for one release, with a warning naming the new one."""
     loaded = importlib.import_module(module)
     with pytest.warns(DeprecationWarning, match=f"{module}.{old} is now {module}.{new}"):
         assert getattr(loaded, old) is getattr(loaded, new)
