@@ -1,5 +1,5 @@
 """A run directory across attempts (training/attempts.py), with verl's own file logger and no Ray: a new run
-moves a previous run's records aside; a resume keeps verl's metrics up to the checkpoint (verl reopens its
+moves a previous run's files aside; a resume keeps verl's metrics up to the checkpoint (verl reopens its
 file from scratch); a kill between the two loses nothing. The real kill + resume is in test_recipe_e2e.py."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_a_new_run_moves_the_previous_runs_records_aside(tmp_path, metrics_path,
     (run_dir / "data.parquet").write_text("not a record")  # anything else stays
     now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 
-    assert attempts.move_previous_run(run_dir, attempts.run_records(_config(run_dir), run_dir), now) is not None
+    assert attempts.move_previous_run(run_dir, attempts.run_files(_config(run_dir), run_dir), now) is not None
     dest = run_dir / "previous" / "20260102T030405Z"
     assert read_run_log(dest / RUN_LOG).header == {"n": 99}
     assert (dest / VERL_METRICS).is_file() and (dest / "validation" / "7.jsonl").is_file()
@@ -74,9 +74,9 @@ def test_a_new_run_moves_the_previous_runs_records_aside(tmp_path, metrics_path,
 def test_a_new_run_in_an_empty_or_foreign_directory_moves_nothing(tmp_path, capsys):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    assert attempts.move_previous_run(run_dir, attempts.run_records(_config(run_dir), run_dir)) is None
+    assert attempts.move_previous_run(run_dir, attempts.run_files(_config(run_dir), run_dir)) is None
     elsewhere = _config(run_dir, default_local_dir=str(tmp_path / "ckpt"), validation_data_dir=str(run_dir))
-    assert attempts.run_records(elsewhere, run_dir) == [run_dir / RUN_LOG]  # only what lies inside the run dir
+    assert attempts.run_files(elsewhere, run_dir) == [run_dir / RUN_LOG]  # only what lies inside the run dir
     attempts.start_attempt(_config(run_dir), run_dir, resumed_step=0)
     assert capsys.readouterr().out == ""
 

@@ -308,7 +308,7 @@ SCHEDULE_CURVE = {"L": 2.0, "k": 3.5, "log10_C0": 1.63, "b": 1.0, "compute_unit"
 
 
 def _adaptive_run(root: Path, kind: str) -> Path:
-    """A run log as our trainer writes one (training/run_record.py, adaptive_trainer.py), with the per-step n of
+    """A run log as our trainer writes one (training/run_log_writer.py, adaptive_trainer.py), with the per-step n of
     the real rules: ``schedule`` (NSchedule: n per row, the schedule in the header), ``per_prompt`` (AdaptiveN's
     split: the n_i metrics per row, the settings in the header), ``schedule_flat`` (a schedule whose n stays 8)."""
     from verl_isocompute.runlog import metric_key, write_run_log

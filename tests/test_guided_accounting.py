@@ -85,7 +85,7 @@ def test_the_run_log_keeps_every_guided_metric_under_the_keys_it_always_had():
     """The trainer copies guided_metrics' keys into isocompute.jsonl from GUIDED_METRICS (not a second
     spelling); the row's keys and their order are those of 0.1's run logs (keys added since at the end)."""
     from verl_isocompute.guided.metrics import GUIDED_METRICS
-    from verl_isocompute.training.run_record import RUN_LOG_METRICS
+    from verl_isocompute.training.run_log_writer import RUN_LOG_METRICS
 
     infos = [{"guided": True, "placement": USER}, {"guided": True, "placement": ASSISTANT}, {"guided": False}]
     assert set(guided_metrics(infos, np.array([1.0, 0.0, 1.0]), np.ones(3, dtype=bool))) == set(GUIDED_METRICS)

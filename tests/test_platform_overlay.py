@@ -157,7 +157,7 @@ def test_zero_variance_with_nothing_to_mask_warns_once(user_config, tiny_model_p
     warnings = [line for line in result.out.splitlines() if "zero_variance.mode=regularizers masks" in line]
     assert len(warnings) == 1 and "the filter does nothing" in warnings[0]
     assert "would start Ray here" in result.err  # a warning, not a refusal
-    # the hydra record lands in the run dir (the run_log piece), as documented
+    # the hydra config file lands in the run dir (the run_log piece), as documented
     assert (tmp_path / "runs" / "my_experiment" / ".hydra" / "config.yaml").is_file()
     with_kl = _main_ppo(user_config, "+platform=cpu", "+isocompute=[lr_rule,run_log,zero_variance]",
                         "actor_rollout_ref.actor.use_kl_loss=true", f"actor_rollout_ref.model.path={tiny_model_path}",

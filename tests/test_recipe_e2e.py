@@ -195,7 +195,7 @@ def test_a_new_run_moved_the_previous_runs_records_aside(easy_run):
     assert (previous / "verl_metrics.jsonl").is_file() and (previous / "validation" / "9.jsonl").is_file()
     assert easy_run.run_log[0]["header"]["n"] == N and not (easy_run.run_dir / "validation" / "9.jsonl").exists()
     assert [r["step"] for r in easy_run.run_log[1:]].count(0) == 1  # one step-0 row: this run's
-    moved = [line for line in easy_run.killed_output.splitlines() if "which held another run's records" in line]
+    moved = [line for line in easy_run.killed_output.splitlines() if "which held another run's files" in line]
     assert len(moved) == 1 and "moved isocompute.jsonl, verl_metrics.jsonl, validation/" in moved[0] and str(previous) in moved[0]
 
 
@@ -272,7 +272,7 @@ def test_groups_mode_trains_exactly_the_varying_groups(groups_run):
 
 @pytest.fixture(scope="module")
 def decoupled_run(tmp_path_factory, isocompute_cache, tiny_model_path) -> Run:
-    """Started in a directory with another run's records and a checkpoint that verl is told not to load."""
+    """Started in a directory with another run's files and a checkpoint that verl is told not to load."""
     run_dir = tmp_path_factory.mktemp("decoupled") / "run"
     write_stale_run(run_dir)
     (run_dir / "checkpoints" / "global_step_1").mkdir(parents=True)  # empty: loading it would fail
@@ -288,7 +288,7 @@ def decoupled_run(tmp_path_factory, isocompute_cache, tiny_model_path) -> Run:
 
 def test_a_run_that_loads_no_checkpoint_is_a_new_run(decoupled_run):
     """trainer.resume_mode=disable: a new run although the directory holds a checkpoint. Its log starts with its
-    own header; the previous run's records and checkpoints are moved aside, not mixed in."""
+    own header; the previous run's files and checkpoints are moved aside, not mixed in."""
     header, *rows = decoupled_run.run_log
     assert header["header"]["n"] == N and [r["step"] for r in rows] == [1, 2]
     (previous,) = (decoupled_run.run_dir / "previous").iterdir()

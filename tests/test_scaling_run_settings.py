@@ -1,8 +1,8 @@
 """`isocompute fit` on the logs verl users already have (issue 19, section 2): n and B_problem of each run from
-the hydra record our recipes leave (interpolations, not numbers), from a tensorboard run's experiment name,
+the hydra config file our recipes leave (interpolations, not numbers), from a tensorboard run's experiment name,
 from a per-run table, and from what our trainer logs into verl's loggers.
 
-The hydra records are the real ones: a recipe composed as ``python -m verl_isocompute.main`` composes it,
+The hydra config files are the real ones: a recipe composed as ``python -m verl_isocompute.main`` composes it,
 saved unresolved as hydra saves ``.hydra/config.yaml``.
 """
 
@@ -23,7 +23,7 @@ METRIC = "val/avg@4"
 
 @pytest.fixture(scope="module")
 def recipe_config():
-    """cpu_demo as hydra records it: rollout.n is '${isocompute.allocation:n,...}', not a number."""
+    """cpu_demo as hydra saves it: rollout.n is '${isocompute.allocation:n,...}', not a number."""
     from verl_isocompute.training.config import compose_recipe
 
     cfg = compose_recipe("cpu_demo", ["isocompute.model=tiny"])
@@ -62,10 +62,10 @@ def _meta(logs, fragment):
     return logs.runs.set_index("run").loc[name]
 
 
-# --- the hydra record of a recipe run ------------------------------------------------------------------
+# --- the hydra config file of a recipe run---------------------------------------------------------------
 
 
-def test_recipe_hydra_record_is_resolved_as_the_run_resolved_it(tmp_path, recipe_config):
+def test_recipe_hydra_config_file_is_resolved_as_the_run_resolved_it(tmp_path, recipe_config):
     run = tmp_path / "runs" / "cpu_demo"
     _record(run, recipe_config)  # cpu_demo's own sizes: B_problem 8, n 4
     _file_logger(run / "metrics" / "cpu_demo.jsonl")
@@ -109,7 +109,7 @@ def test_tensorboard_run_finds_its_config_by_experiment_name(tmp_path, recipe_co
 
 def test_tensorboard_run_without_a_record_names_what_was_looked_for(tmp_path):
     _tensorboard(tmp_path / "tensorboard_log" / "proj" / "exp", [{METRIC: 0.3}, {METRIC: 0.4}])
-    with pytest.raises(ScalingError, match=r"no hydra record of project 'proj', experiment 'exp' .*--run-table FILE"):
+    with pytest.raises(ScalingError, match=r"no hydra config file of project 'proj', experiment 'exp' .*--run-table FILE"):
         load_runs([tmp_path / "tensorboard_log"])
 
 

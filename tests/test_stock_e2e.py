@@ -55,7 +55,7 @@ class MainPpo:
         assert rc == 0, f"{' '.join(self.cmd)}\n{self.output[-6000:]}"
         lines = [json.loads(line) for line in (self.run_dir / "isocompute.jsonl").read_text().splitlines()]
         assert self.metrics.is_file()  # verl's file logger: in the run dir (our trainer), or under VERL_FILE_LOGGER_ROOT
-        assert (self.run_dir / ".hydra" / "config.yaml").is_file()  # hydra's record in the run dir, as documented
+        assert (self.run_dir / ".hydra" / "config.yaml").is_file()  # hydra's copy of the config in the run dir, as documented
         return lines[0]["header"], lines[1:]
 
 

@@ -2,7 +2,7 @@
 
 The playbook's n (rollouts per problem) and B_problem (problems per step) are verl's ``rollout.n`` and
 ``data.train_batch_size``; the run's steps M are ``trainer.total_training_steps``. The fit reads them back
-from a run's hydra record or wandb config; the allocation writes them; the LR rule reads them. Pure: no
+from a run's hydra config file or wandb config; the allocation writes them; the LR rule reads them. Pure: no
 imports.
 """
 

@@ -3,7 +3,7 @@
 RUNS are run directories (holding isocompute.jsonl), log files (isocompute.jsonl, verl file-logger
 .jsonl, a wandb/tensorboard .csv export), tensorboard event-file directories, wandb run directories, or
 directories searched recursively. n and B_problem of a run come from its log, a --run-table, --n /
---b-problem, the run's hydra record (.hydra/config.yaml; for tensorboard_log/<project>/<experiment>, the
+--b-problem, the run's hydra config file (.hydra/config.yaml; for tensorboard_log/<project>/<experiment>, the
 record of that experiment next to tensorboard_log) or its name (..._n16_bp32), in that order.
 Writes curve.json, frontier.csv, records.csv, fits.csv, report.md, frontier.png, n_star.png and
 compare.json/.csv/.png (what each fixed n costs) into --out, atomically.

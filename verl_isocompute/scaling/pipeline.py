@@ -49,10 +49,10 @@ class FitConfig:
     bootstrap: int = setting(DEFAULT_BOOTSTRAP, "bootstrap resamples over runs for confidence intervals; 0 = none")
     seed: int = setting(0, "bootstrap seed")
     n: int | None = setting(
-        None, "n for every run whose log, run table and hydra record do not say it (verl file logs, tensorboard, CSVs)"
+        None, "n for every run whose log, run table and hydra config file do not say it (verl file logs, tensorboard, CSVs)"
     )
     b_problem: int | None = setting(
-        None, "B_problem (data.train_batch_size) for every run whose log, run table and hydra record do not say it"
+        None, "B_problem (data.train_batch_size) for every run whose log, run table and hydra config file do not say it"
     )
     run_table: str | None = setting(
         None, "n and B_problem per run, for logs that do not record them: a CSV with columns run,n,b_problem or a "

@@ -13,11 +13,11 @@ one curve per n). Where each comes from, first match wins (:meth:`RunSettings.re
    or, after a ``:``, a wandb run's name or a CSV's run column. A row that matches no run is an error (a
    typo would otherwise fall through to another source), so is a row that contradicts the log;
 4. ``--n`` / ``--b-problem``: one value for every run still without one;
-5. **the run's hydra record** (``.hydra/config.yaml``: ``actor_rollout_ref.rollout.n``,
+5. **the run's hydra config file** (``.hydra/config.yaml``: ``actor_rollout_ref.rollout.n``,
    ``data.train_batch_size``): next to the log or in a parent directory; for a tensorboard run in verl's
    default place ``tensorboard_log/<project>/<experiment>``, the record of the run with that project and
    experiment name under the directory holding ``tensorboard_log`` (``runs/<experiment>/.hydra``, hydra's
-   ``outputs/<date>/<time>/.hydra``). Hydra records the config unresolved: our recipes write n and B_problem
+   ``outputs/<date>/<time>/.hydra``). Hydra saves the config unresolved: our recipes write n and B_problem
    as interpolations (``${isocompute.allocation:n,16}``), which are resolved here as the run resolved them
    when the recorded allocation is off (the default after the comma; ``${isocompute.on_cpu:A,B}`` by the
    recorded platform; ``${a.b}`` by the key it names). With the allocation on, the run decided n from its
@@ -46,7 +46,7 @@ from verl_isocompute.scaling.run_table import RunTable, positive_int
 CONFIG_KEYS = {"n": verl_keys.N, "b_problem": verl_keys.B_PROBLEM}
 FLAGS = {"n": "--n", "b_problem": "--b-problem"}
 TENSORBOARD_ROOT = "tensorboard_log"  # verl's tensorboard logger: tensorboard_log/<project>/<experiment>
-HYDRA_RECORD = Path(".hydra") / "config.yaml"
+HYDRA_CONFIG = Path(".hydra") / "config.yaml"
 # Run names such as "easy_n16_bp32" or "n=16-b_problem=32" carry the sweep cell.
 NAME_PATTERNS = {
     "n": re.compile(r"(?:^|[^a-z0-9])n[_=-]?(\d+)(?![0-9])", re.IGNORECASE),
@@ -54,12 +54,12 @@ NAME_PATTERNS = {
 }
 
 
-# --- hydra records -------------------------------------------------------------------------------------
+# --- hydra config files ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Recorded:
-    """What a hydra record says about one key: ``value`` (an int), or ``why`` it cannot say."""
+    """What a hydra config file says about one key: ``value`` (an int), or ``why`` it cannot say."""
 
     path: Path
     value: int | None = None
@@ -71,7 +71,7 @@ _REFERENCE = re.compile(r"^\$\{([\w.]+)\}$")
 
 
 def recorded_value(config: dict, dotted: str, depth: int = 0) -> tuple[Any, str]:
-    """``dotted`` in a hydra record, with the interpolations our recipes write resolved as the run resolved
+    """``dotted`` in a hydra config file, with the interpolations our recipes write resolved as the run resolved
     them (see the module docstring); (value, "") or (None, why not)."""
     raw = _select(config, dotted)
     return _evaluate(config, raw, dotted, depth)
@@ -181,7 +181,7 @@ def check_one_n(name: str, header: dict[str, Any], columns: dict[str, np.ndarray
 
 
 class RunSettings:
-    """Settles n and B_problem of every run of one load (caches the hydra records it searched)."""
+    """Settles n and B_problem of every run of one load (caches the hydra config files it searched)."""
 
     def __init__(self, n: int | None = None, b_problem: int | None = None, table: RunTable | None = None) -> None:
         self.overrides = {"n": n, "b_problem": b_problem}
@@ -245,20 +245,20 @@ class RunSettings:
             tried = f" and {found.why}"
         if not records and fmt == "tensorboard" and _experiment_of(path) is not None:
             project, experiment = _experiment_of(path)
-            tried = f" and no hydra record of project {project!r}, experiment {experiment!r} was found next to {TENSORBOARD_ROOT}"
+            tried = f" and no hydra config file of project {project!r}, experiment {experiment!r} was found next to {TENSORBOARD_ROOT}"
         value = _from_name(name, key)
         if value is not None:
             return value, "run name", ""
         return None, "", tried
 
     def _records_near(self, path: Path, root: Path | None, fmt: str) -> list[Path]:
-        """The hydra record of this run: next to the log or in a parent (up to ``root``), or for a tensorboard run
+        """The hydra config file of this run: next to the log or in a parent (up to ``root``), or for a tensorboard run
         under ``tensorboard_log/<project>/<experiment>``, the records that name that project and experiment."""
         folder = path if path.is_dir() else path.parent
         stop = (root or folder).resolve()
         for _ in range(4):
-            if (folder / HYDRA_RECORD).is_file():
-                return [folder / HYDRA_RECORD]
+            if (folder / HYDRA_CONFIG).is_file():
+                return [folder / HYDRA_CONFIG]
             if folder.resolve() == stop or folder.parent == folder:
                 break
             folder = folder.parent
@@ -273,7 +273,7 @@ class RunSettings:
         return matches[:1] if len(settings) <= 1 else self._ambiguous(path, matches)
 
     def _experiments(self, launch: Path) -> dict[str, list[tuple[Path, dict]]]:
-        """experiment name -> the hydra records under ``launch`` (up to 3 levels: runs/<exp>, outputs/<date>/<time>)."""
+        """experiment name -> the hydra config files under ``launch`` (up to 3 levels: runs/<exp>, outputs/<date>/<time>)."""
         cached = self._by_experiment.get(str(launch))
         if cached is not None:
             return cached
@@ -293,7 +293,7 @@ class RunSettings:
     def _ambiguous(path: Path, records: list[Path]) -> list[Path]:
         shown = ", ".join(str(r.parent.parent) for r in records[:3])
         raise ScalingError(
-            f"{path}: several hydra records name its experiment with different settings ({shown}); "
+            f"{path}: several hydra config files name its experiment with different settings ({shown}); "
             "pass --run-table FILE to say which n and b_problem the run used"
         )
 

@@ -28,7 +28,7 @@ naming where, unless the key holds no number at all in the run (a tag, a table, 
 n and B_problem come from the wandb config (``actor_rollout_ref.rollout.n``, ``data.train_batch_size``,
 the keys verl's config logs) into the run's header; tensorboard logs carry no config, so
 :mod:`verl_isocompute.scaling.run_settings` finds them (a run table, ``--n``/``--b-problem``, the run's
-hydra record, the run name). Our trainer's compute counters and the run's n and B_problem reach verl's
+hydra config file, the run name). Our trainer's compute counters and the run's n and B_problem reach verl's
 loggers as ``isocompute/rollouts``, ``isocompute/tokens``, ``isocompute/n`` and ``isocompute/b_problem``;
 they become the ``rollouts``, ``tokens``, ``n`` and ``b_problem`` columns (:func:`compute_names`, also
 applied to verl's file logger). Pure: no verl, no torch.

@@ -1,6 +1,6 @@
 """One run directory, one run: a fresh run vs. a resume from a checkpoint, and verl's metrics kept across.
 
-A run directory (``isocompute.run_dir``) holds the records of one run: our run log (``isocompute.jsonl``),
+A run directory (``isocompute.run_dir``) holds the files of one run: our run log (``isocompute.jsonl``),
 verl's file-logger metrics (``verl_metrics.jsonl``), validation generations, rollout dumps and checkpoints.
 A run may take several attempts: killed, then resumed from a checkpoint. Whether an attempt continues a
 run is decided by the checkpoint verl actually loaded, never by what the directory holds: the trainer asks
@@ -8,9 +8,9 @@ after verl's ``_load_checkpoint`` has run (``global_steps``: 0 when ``trainer.re
 ``auto`` found no checkpoint in ``trainer.default_local_dir``; the checkpoint's step otherwise, also for
 ``resume_path``). Then :func:`start_attempt`:
 
-- **a new run** (no checkpoint loaded) in a directory a previous run wrote to: that run's records are moved
+- **a new run** (no checkpoint loaded) in a directory a previous run wrote to: that run's files are moved
   into ``<run_dir>/previous/<UTC time>/`` (same relative paths) with one line saying so, so the new run's
-  log starts with its own header and the old one is neither mixed in nor deleted. Only records inside the
+  log starts with its own header and the old one is neither mixed in nor deleted. Only files inside the
   run directory are moved; a metrics file or checkpoint directory elsewhere is verl's business as usual.
 - **a resume** from the checkpoint of step s: the run log keeps its header and its rows up to s
   (:meth:`verl_isocompute.runlog.RunLogWriter.resume`). verl's ``FileLogger`` opens its file for writing
@@ -38,7 +38,7 @@ from omegaconf import OmegaConf
 from verl_isocompute.jsonl import read_jsonl
 from verl_isocompute.runlog import RUN_LOG, RunLogError, verl_line
 
-PREVIOUS_DIR = "previous"  # <run_dir>/previous/<UTC time>/: the records of earlier runs in this directory
+PREVIOUS_DIR = "previous"  # <run_dir>/previous/<UTC time>/: the files of earlier runs in this directory
 ASIDE_SUFFIX = ".before-resume"  # verl's metrics file while a resumed run re-logs it
 
 
@@ -56,7 +56,7 @@ def file_logger_path(config) -> Path | None:
     return Path(path).absolute()
 
 
-def run_records(config, run_dir: Path) -> list[Path]:
+def run_files(config, run_dir: Path) -> list[Path]:
     """The paths a run writes inside ``run_dir``: the run log, verl's metrics file, the validation and
     rollout dumps and the checkpoint directory (each only if it lies inside ``run_dir``)."""
     run_dir = run_dir.absolute()
@@ -64,17 +64,17 @@ def run_records(config, run_dir: Path) -> list[Path]:
     for key in ("trainer.validation_data_dir", "trainer.rollout_data_dir", "trainer.default_local_dir"):
         value = OmegaConf.select(config, key, default=None)
         candidates.append(Path(os.path.expanduser(str(value))).absolute() if value else None)
-    records = []
+    files = []
     for path in candidates:
-        if path is not None and path != run_dir and run_dir in path.parents and path not in records:
-            records.append(path)
-    return records
+        if path is not None and path != run_dir and run_dir in path.parents and path not in files:
+            files.append(path)
+    return files
 
 
-def move_previous_run(run_dir: Path, records: list[Path], now: datetime | None = None) -> tuple[Path, list[str]] | None:
-    """Move the ``records`` that exist into ``run_dir/previous/<UTC time>/``, keeping their paths relative
+def move_previous_run(run_dir: Path, files: list[Path], now: datetime | None = None) -> tuple[Path, list[str]] | None:
+    """Move the ``files`` that exist into ``run_dir/previous/<UTC time>/``, keeping their paths relative
     to ``run_dir``; returns (that directory, the names moved), or None when there was nothing to move."""
-    present = [p for p in records if p.exists() or p.with_name(p.name + ASIDE_SUFFIX).exists()]
+    present = [p for p in files if p.exists() or p.with_name(p.name + ASIDE_SUFFIX).exists()]
     if not present:
         return None
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
@@ -162,11 +162,11 @@ def start_attempt(config, run_dir: Path, resumed_step: int) -> MetricsHistory:
     anything. ``resumed_step``: the step of the checkpoint verl loaded, 0 for none."""
     run_dir = run_dir.absolute()
     if resumed_step <= 0:
-        result = move_previous_run(run_dir, run_records(config, run_dir))
+        result = move_previous_run(run_dir, run_files(config, run_dir))
         if result is not None:
             dest, moved = result
             print(f"[isocompute] a new run (trainer.resume_mode={OmegaConf.select(config, 'trainer.resume_mode')}, no "
-                  f"checkpoint loaded) in {run_dir}, which held another run's records: moved {', '.join(moved)} to "
+                  f"checkpoint loaded) in {run_dir}, which held another run's files: moved {', '.join(moved)} to "
                   f"{dest}", flush=True)
         return MetricsHistory()
     history = MetricsHistory.set_aside(file_logger_path(config), resumed_step)

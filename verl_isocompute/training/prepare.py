@@ -15,7 +15,7 @@ builds and reports what a run needs besides, in this order (:func:`prepare`):
   an lr given on the command line replaces the rule, as in verl's entry point, and the line says so;
 - ``isocompute.reuse_rollout_log_probs``: skip the old-log-prob pass of a fully on-policy recipe
   (:mod:`verl_isocompute.training.on_policy`; our entry point only);
-- the run directory ``isocompute.run_dir``: hydra's record of the config, our run log
+- the run directory ``isocompute.run_dir``: hydra's copy of the config, our run log
   (``isocompute.jsonl``), verl's metrics (``verl_metrics.jsonl``), checkpoints and validation generations.
 """
 

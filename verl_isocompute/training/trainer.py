@@ -35,7 +35,7 @@ On top of ``PPOTrainerSync`` it:
   then one row per step (a step-0 row carries the validation before training). A run resumed from a
   checkpoint continues C and tokens from the log and drops rows past the resumed step; verl's metrics file
   keeps its rows up to that step too; a new run (no checkpoint loaded) in a directory another run wrote
-  to moves that run's records aside first (:mod:`verl_isocompute.training.attempts`).
+  to moves that run's files aside first (:mod:`verl_isocompute.training.attempts`).
 """
 
 from __future__ import annotations
@@ -81,12 +81,12 @@ from verl_isocompute.training.names import (
 from verl_isocompute.training.on_policy import unapplied_reuse_notice
 from verl_isocompute.training.probes import check_probes, log_regularisers, probe_values
 from verl_isocompute.training.progress import PhaseAnnouncer
-from verl_isocompute.training.run_record import PREFIX_CHECKED, ComputeCounter, RunRecordMixin
+from verl_isocompute.training.run_log_writer import PREFIX_CHECKED, ComputeCounter, RunLogWriterMixin
 from verl_isocompute.training.weight_version import check_rollout_versions
 
 
 @register_trainer(TRAINER)
-class IsoComputeTrainer(AdaptiveTrainerMixin, RunRecordMixin, PhaseAnnouncer, PPOTrainerSync):
+class IsoComputeTrainer(AdaptiveTrainerMixin, RunLogWriterMixin, PhaseAnnouncer, PPOTrainerSync):
     """verl's sync on-policy trainer with the IsoCompute recipe's masks, compute accounting and run log."""
 
     with_guidance = False  # the run log adds C with the guided data's spend (set by _prepare_guided)

@@ -48,7 +48,7 @@ class ComputeCounter:
         self.tokens += int(tokens)
 
 
-class RunRecordMixin:
+class RunLogWriterMixin:
     """The run log's header and rows (module docstring)."""
 
     def _header(self) -> dict:
