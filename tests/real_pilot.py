@@ -7,7 +7,7 @@ logs and checks every figure against its interval.
 
 Where the intervals come from (a parametric bootstrap over the validation noise, not a hand-picked
 tolerance): every validation point of the sweep is a mean over the held-out problems, logged with its
-standard error over problems (``val/avg@4_se``). One resample redraws each point as
+standard error over problems (``val/avg@k_se``). One resample redraws each point as
 reward + N(0, SE) (clipped to [0, 1]) and refits the whole pipeline; the interval of a figure is the 2.5 and
 97.5 percentiles over :data:`RESAMPLES` resamples. A change of the fit that moves a figure outside it moves
 the answer by more than the evaluation noise of the data: that is a real change of what the tool reports
@@ -60,7 +60,9 @@ def figures(result, budget: float) -> dict:
     if curves:
         table = compare.compare_at(curves, [budget])
         for row in table.to_dict("records"):
-            out["compare"][str(row["n"])] = {"reward": row["reward"], "multiplier": row["multiplier"]}
+            multiplier = row["multiplier"]  # NaN when R* is not reached within the n's fitted range: JSON null
+            out["compare"][str(row["n"])] = {"reward": row["reward"],
+                                             "multiplier": float(multiplier) if np.isfinite(multiplier) else None}
     return out
 
 
@@ -130,7 +132,7 @@ def record() -> dict:
         draws.append(_on_grid(figures(resampled, budget), estimate))
     saved.update({"budget": budget, "resamples": RESAMPLES, "failed_resamples": sum(d is None for d in draws),
                   "estimate": estimate, "interval": _interval(draws, estimate)})
-    EXPECTED.write_text(json.dumps(saved, indent=1) + "\n")
+    EXPECTED.write_text(json.dumps(saved, indent=1, allow_nan=False) + "\n")  # strict JSON: no NaN
     return saved
 
 
