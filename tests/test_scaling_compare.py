@@ -93,6 +93,17 @@ def test_asymptote_below_the_optimum_is_never_reached():
     assert row["reach_status"] == NOT_REACHED and row["never_reached"]
 
 
+def test_the_optimal_n_costs_1x_even_on_a_curve_already_at_its_asymptote():
+    """On a curve that saturated before its range (a steep fit, as on the real CPU pilot), R_n(C) equals A
+    to float precision: inverting it gives "never reached". The n that defines R* reaches it at C."""
+    flat = SaturatingCurve(R0=0.42, A=0.7321428909496309, C_mid=63.6, beta=20.0)
+    curves = [RewardCurve(2, 8, flat, (64.0, 512.0)), RewardCurve(4, 8, SLOW, (64.0, 512.0))]
+    row = _row(compare_at(curves, [500.0]), 500.0, 2)
+    assert row["optimal"] and row["R_star"] >= flat.A  # the case: the inverse of R* is inf
+    assert row["reach_status"] == REACHED and row["multiplier"] == 1.0 and row["compute_needed"] == 500.0
+    assert not row["never_reached"]
+
+
 def test_budget_outside_a_curves_range_marks_its_reward_and_outside_all_ranges_compares_nothing():
     curves = [RewardCurve(8, 32, SLOW, (1e3, 1e5)), RewardCurve(16, 32, FAST, (5e3, 1e6))]
     table = compare_at(curves, [2e3, 5e5, 1e2, 1e7])

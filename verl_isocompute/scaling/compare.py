@@ -139,6 +139,10 @@ def compare_at(
             }
             if w < 0:
                 row["reach_status"] = NO_BUDGET
+            elif curves[w] is rc:
+                # The winner reaches R* at C by definition. Its inverse would say so only up to rounding, and
+                # not at all on a curve already at its asymptote (R* = A to float precision: "never").
+                row.update(reach_status=REACHED, compute_needed=c, multiplier=1.0, never_reached=False)
             else:
                 needed = float(compute_to_reach(rc.curve, r))
                 if needed > hi * (1 + EDGE):
@@ -146,8 +150,6 @@ def compare_at(
                 elif needed < lo * (1 - EDGE):
                     row.update(reach_status=BEFORE, multiplier_bound=lo / c)
                 else:
-                    # the winner itself: exactly C (the inverse would return C up to rounding)
-                    needed = c if curves[w] is rc else needed
                     row.update(reach_status=REACHED, compute_needed=needed, multiplier=needed / c)
             rows.append(row)
     return pd.DataFrame(rows)
