@@ -178,6 +178,19 @@ def test_bootstrap_intervals_bracket_the_fit_and_are_reproducible():
     assert np.all(result.grid["log2_n_star_low"] <= result.grid["log2_n_star_high"])
 
 
+
+@pytest.mark.parametrize("runs_per_n", [1, 2])
+def test_a_sweep_with_one_run_per_n_is_told_its_bootstrap_shows_no_noise(runs_per_n):
+    """With one run per n a resample of runs can only leave whole values of n out: its intervals show which n
+    were run, not the noise of the points (on the real CPU pilot, 3 groups, they collapse onto the
+    estimate). The fit says so; with two runs per n it has no reason to."""
+    truth = load_curve("paper:qwen2.5-7b-easy")
+    sweep = synthetic_sweep(curves_for(truth), runs_per_n=runs_per_n, noise=0.01, seed=6)
+    result = fit_frontier(build_frontier(_logs(sweep)), bootstrap=40, seed=3)
+    said = [w for w in result.warnings if "single run" in w]
+    assert len(said) == (runs_per_n == 1)
+    assert not said or "run several seeds per n" in said[0]
+
 # --- what cannot be fitted --------------------------------------------------------------------------
 
 

@@ -271,6 +271,12 @@ def fit_frontier(
         table["log2_n_star_high"] = np.percentile(band, 97.5, axis=0)
     if bootstrap and stats["failed"]:
         warnings.append(f"{stats['failed']} of {bootstrap} bootstrap resamples could not be fitted and were skipped")
+    if bootstrap and all(len(g.runs) == 1 for g in fitted):
+        # A resample of runs can then only leave whole groups out (or repeat the data): its spread says how
+        # the answer depends on which n were run, not how noisy the points are. On the real CPU pilot (3
+        # groups, docs/EVIDENCE.md) the resamples that fit are the data again and the intervals collapse.
+        warnings.append("every group has a single run, so the bootstrap over runs can only leave whole groups out: "
+                        "its intervals do not show the noise of the points; run several seeds per n for that")
 
     curve = Curve(
         L=fit.L, k=fit.k, log10_C0=fit.log10_C0, b=fit.b,
