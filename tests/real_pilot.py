@@ -12,7 +12,8 @@ reward + N(0, SE) (clipped to [0, 1]) and refits the whole pipeline; the interva
 97.5 percentiles over :data:`RESAMPLES` resamples. A change of the fit that moves a figure outside it moves
 the answer by more than the evaluation noise of the data: that is a real change of what the tool reports
 on these logs, and the test says which figure moved. To re-record after an intended change:
-``python tests/real_pilot.py``.
+``python tests/real_pilot.py`` (it then prints the figures docs/EVIDENCE.md quotes; ``--report`` prints them
+without re-recording).
 """
 
 from __future__ import annotations
@@ -122,6 +123,8 @@ def record() -> dict:
     se = point_se(frontier, f"val/avg@{k}_se")
     rng = np.random.default_rng(SEED)
     draws = []
+    share_at = [c for c in (64.0, 128.0, 256.0, 512.0) if c <= budget]
+    n_star_counts: dict[str, dict[str, int]] = {str(int(c)): {} for c in share_at}
     for _ in range(RESAMPLES):
         reward = np.clip(frontier.points["reward"].to_numpy() + rng.normal(0.0, se), 0.0, 1.0)
         try:
@@ -130,8 +133,14 @@ def record() -> dict:
             draws.append(None)
             continue
         draws.append(_on_grid(figures(resampled, budget), estimate))
+        grid_c = resampled.grid["C"].to_numpy()
+        for c in share_at:  # the envelope's n* at the grid point nearest C (docs/EVIDENCE.md's share table)
+            n = str(int(resampled.grid["n_star"].iloc[int(np.argmin(np.abs(np.log(grid_c / c))))]))
+            counts = n_star_counts[str(int(c))]
+            counts[n] = counts.get(n, 0) + 1
     saved.update({"budget": budget, "resamples": RESAMPLES, "failed_resamples": sum(d is None for d in draws),
-                  "estimate": estimate, "interval": _interval(draws, estimate)})
+                  "estimate": estimate, "interval": _interval(draws, estimate),
+                  "n_star_counts": {c: dict(sorted(v.items(), key=lambda kv: int(kv[0]))) for c, v in n_star_counts.items()}})
     EXPECTED.write_text(json.dumps(saved, indent=1, allow_nan=False) + "\n")  # strict JSON: no NaN
     return saved
 
@@ -149,7 +158,31 @@ def _on_grid(drawn: dict, estimate: dict) -> dict:
     return out
 
 
+def report() -> str:
+    """The figures docs/EVIDENCE.md quotes from the committed logs: each cell's validation metric ± SE at each
+    C, and from ``expected.json`` the share of fitted resamples in which each n is the envelope's n*."""
+    from verl_isocompute.scaling.run_logs import load_runs
+
+    saved = json.loads(EXPECTED.read_text())
+    metric = saved["options"]["metric"]
+    logs = load_runs([FIXTURE / "cells"])
+    lines = [f"{metric} ± SE over problems, at C (rollouts):"]
+    for run, steps in logs.steps.dropna(subset=[metric]).groupby("run", sort=False):
+        n = int(logs.runs.set_index("run").loc[run, "n"])
+        cells = [f"{c:.0f}: {r:.3f} ± {e:.3f}" for c, r, e in zip(steps["rollouts"], steps[metric], steps[f"{metric}_se"])]
+        lines.append(f"  n = {n}: " + ", ".join(cells))
+    fitted = saved["resamples"] - saved["failed_resamples"]
+    lines.append(f"n* under the validation noise ({fitted} of {saved['resamples']} resamples fitted):")
+    for c, counts in saved["n_star_counts"].items():
+        lines.append(f"  C = {c}: " + ", ".join(f"n* = {n} in {100 * k / fitted:.0f}%" for n, k in counts.items()))
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    saved = record()
-    print(json.dumps({k: saved[k] for k in ("budget", "resamples", "failed_resamples")}))
+    if sys.argv[1:] == ["--report"]:
+        print(report())
+    else:
+        saved = record()
+        print(json.dumps({k: saved[k] for k in ("budget", "resamples", "failed_resamples")}))
+        print(report())
     sys.exit(0)

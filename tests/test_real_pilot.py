@@ -61,3 +61,15 @@ def test_the_recorded_figures_are_inside_their_own_intervals():
     expected = json.loads(real_pilot.EXPECTED.read_text())
     assert not _outside(expected["estimate"], expected["interval"])
     assert expected["resamples"] - expected["failed_resamples"] >= 100
+
+
+def test_the_report_quotes_every_cell_and_shares_that_add_up():
+    """`python tests/real_pilot.py --report` (docs/EVIDENCE.md's figures): one line per cell, and at each C the
+    n* counts cover exactly the fitted resamples."""
+    expected = json.loads(real_pilot.EXPECTED.read_text())
+    fitted = expected["resamples"] - expected["failed_resamples"]
+    assert all(sum(counts.values()) == fitted for counts in expected["n_star_counts"].values())
+    text = real_pilot.report()
+    cells = sorted((real_pilot.FIXTURE / "cells").iterdir())
+    assert [line.split(":")[0].strip() for line in text.splitlines() if line.startswith("  n = ")] == [
+        f"n = {p.name.split('_n')[-1]}" for p in cells]
