@@ -1,7 +1,8 @@
 """Per-step n inside the trainer (issue 21): the ledger of groups in flight, what per-prompt n logs, the checkpoint
 state, the config checks, the worker's peak lr, and variable group sizes through every piece that sees groups
 (estimators, zero-variance filter, decoupled baseline, TIS, metrics), each against numbers computed by hand.
-The real runs are tests/test_adaptive_e2e.py."""
+The real runs are tests/test_adaptive_e2e.py (the schedule) and the pieces run of tests/test_stock_e2e.py
+(per-prompt n)."""
 
 from __future__ import annotations
 

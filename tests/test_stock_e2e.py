@@ -6,6 +6,10 @@ pieces (the doc's three and the zero-variance filter, which has nothing to mask 
 one after the other; each must write our run log into the run dir, with the lr of the sqrt rule and verl's
 metrics where the doc says. (Not at the same time: each run's workers pick a free port for torch.distributed's
 store, and two runs starting together can pick the same one: EADDRINUSE.)
+
+The pieces run also carries per-prompt n (issue 21; the ``per_prompt_n`` piece, on data whose rows carry
+curation's avg@k, two steps over the rows in order): one verl start-up for both, since the doc's pieces command
+is the stock ``ppo_trainer`` run per-prompt n is checked on, at the same sizes.
 """
 
 from __future__ import annotations
@@ -16,12 +20,16 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 from doc_snippets import commands, placeholders, snippet
 from verl_runs import PARITY_REWARD
 
 pytestmark = pytest.mark.e2e
-SHORT = ["trainer.total_training_steps=1", "trainer.val_before_train=false", "trainer.test_freq=-1"]
+SHORT = ["trainer.val_before_train=false", "trainer.test_freq=-1"]
+B_PROBLEM, N = 8, 4  # the doc commands' batch
+AVG_AT_16 = (0.5, 0.0625, 0.9375, 0.25)  # per-prompt n's data: curation's avg@16 of row i is AVG_AT_16[i % 4]
+PIECES_STEPS = 2  # per-prompt n over two steps' prompts
 
 
 def doc_command(name: str, values: dict[str, str]) -> tuple[dict[str, str], list[str]]:
@@ -34,10 +42,11 @@ def doc_command(name: str, values: dict[str, str]) -> tuple[dict[str, str], list
 class MainPpo:
     """``python -m verl.trainer.main_ppo`` started now; :meth:`result` waits for it and reads its run log."""
 
-    def __init__(self, run_dir, *args: str, env: dict | None = None, metrics=None) -> None:
+    def __init__(self, run_dir, *args: str, env: dict | None = None, metrics=None, steps: int = 1) -> None:
         self.run_dir = run_dir
         self.metrics = metrics or run_dir / "verl_metrics.jsonl"  # where verl's file logger should write
-        self.cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *args, PARITY_REWARD, *SHORT, f"isocompute.run_dir={run_dir}"]
+        self.cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *args, PARITY_REWARD, *SHORT,
+                    f"trainer.total_training_steps={steps}", f"isocompute.run_dir={run_dir}"]
         self.out = open(run_dir.parent / "main_ppo.log", "w+")
         # a user's shell: no file-logger path left in this process's environment by an in-process prepare()
         base = {k: v for k, v in os.environ.items() if k != "VERL_FILE_LOGGER_PATH"}
@@ -59,6 +68,15 @@ class MainPpo:
         return lines[0]["header"], lines[1:]
 
 
+def with_curation_avg(train, out) -> pd.DataFrame:
+    """``train`` with curation's avg@16 in every row's extra_info (AVG_AT_16), written to ``out``."""
+    frame = pd.read_parquet(train)
+    frame["extra_info"] = [{**info, "difficulty_avg_at_k": AVG_AT_16[i % 4], "difficulty_k": 16}
+                           for i, info in enumerate(frame["extra_info"])]
+    frame.to_parquet(out)
+    return frame
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, isocompute_cache, tiny_model_path) -> dict[str, MainPpo]:
     """Both runs, one after the other."""
@@ -74,10 +92,15 @@ def runs(tmp_path_factory, isocompute_cache, tiny_model_path) -> dict[str, MainP
         started["recipe"].proc.wait(timeout=900)
     except subprocess.TimeoutExpired:
         pass  # result() reports it
-    env, args = doc_command("stock-pieces", values)
+    pieces_root = tmp_path_factory.mktemp("pieces")
+    frame = with_curation_avg(train, pieces_root / "train.parquet")
+    env, args = doc_command("stock-pieces", {**values, "T": str(pieces_root / "train.parquet")})
     assert "+isocompute=[estimator,lr_rule,run_log]" in args
-    args = [a.replace("run_log]", "run_log,zero_variance]") for a in args]  # regularizers mode, nothing to mask
-    started.update({"pieces": MainPpo(tmp_path_factory.mktemp("pieces") / "run", *args, "isocompute.lr.base_lr=1e-4", env=env)})
+    # zero_variance: regularizers mode, nothing to mask; per_prompt_n: the rows in order, each seen once
+    args = [a.replace("run_log]", "run_log,zero_variance,per_prompt_n]") for a in args]
+    started.update({"pieces": MainPpo(pieces_root / "run", *args, "isocompute.lr.base_lr=1e-4", "data.shuffle=false",
+                                      env=env, steps=PIECES_STEPS)})
+    started["pieces"].frame = frame
     yield started
     for run in started.values():
         if run.proc.poll() is None:
@@ -118,3 +141,25 @@ def test_verls_own_logs_are_enough_for_fit(runs):
         runs[name].result()
         (meta,) = load_runs([runs[name].metrics]).runs.to_dict("records")
         assert (meta["n"], meta["b_problem"], meta["n_source"]) == (n, b_problem, "log"), name
+
+
+def test_each_steps_n_i_are_the_allocation_for_its_prompts_and_sum_to_the_budget(runs):
+    """Per-prompt n through verl's own main_ppo: each step's n_i are those the allocation gives for its prompts
+    (from curation's avg@k in the rows), they sum to B_problem x n, and C counts every rollout."""
+    from verl_isocompute.training.adaptive import AdaptiveN
+    from verl_isocompute.training.per_prompt_n import allocate_rollouts, prior_from_curation
+
+    header, rows = runs["pieces"].result()
+    frame = runs["pieces"].frame
+    assert header["per_prompt_n"] == {"n_min": 2, "n_max": None, "curation_weight": 1.0}
+    assert [r["step"] for r in rows] == list(range(1, PIECES_STEPS + 1))
+    for row in rows:  # data.shuffle=false: step t trains rows 8(t-1) .. 8t-1, each seen for the first time
+        infos = frame["extra_info"].iloc[B_PROBLEM * (row["step"] - 1): B_PROBLEM * row["step"]]
+        expected = allocate_rollouts([prior_from_curation(info) for info in infos], B_PROBLEM * N, 2, 4 * N)
+        assert row["group_n_hist"] == AdaptiveN.histogram(expected) and len(row["group_n_hist"]) > 1
+        assert sum(int(n) * count for n, count in row["group_n_hist"].items()) == B_PROBLEM * N
+        assert row["isocompute/group_n_mean"] == N and row["isocompute/trained_per_group_max"] == max(expected)
+        assert row["isocompute/expected_nonzero_groups"] >= row["isocompute/expected_nonzero_groups_fixed_n"]
+        assert 0 <= row["isocompute/zero_var_rollout_share"] <= 1
+    # C counts every rollout sampled: B_problem x n a step, whatever the split
+    assert [r["rollouts"] for r in rows] == [B_PROBLEM * N * (s + 1) for s in range(PIECES_STEPS)]
