@@ -3,7 +3,7 @@
 verl ships its CPU tests (``*_on_cpu.py``) in the wheel. They run here exactly as a verl developer runs
 them, with our plugin auto-loaded by ``import verl`` (and ``VERL_PLATFORM`` unset); every test that does
 not pass is run again, alone (by its node id, not its whole file), with plugins disabled
-(``VERL_USE_EXTERNAL_PLUGINS=none``) and must fail there too. About two minutes on 2 cores.
+(``VERL_USE_EXTERNAL_PLUGINS=none``) and must fail there too. Most of its time is the first pass.
 """
 
 from __future__ import annotations
