@@ -21,3 +21,47 @@ def tiny_model_path(isocompute_cache) -> Path:
     from verl_isocompute.cpu.models import ensure_model
 
     return ensure_model("tiny", root=isocompute_cache / "models")
+
+
+# --- hydra's compose, once per config and overrides per session -------------------------------------------
+# The fast lane composes verl's ppo_trainer and our recipes a few hundred times, often with the same overrides
+# (~0.2-0.5 s each, the largest share of its time after imports). Composition is deterministic in the config
+# sources (with their files' sizes and times, so a config a test writes and rewrites is composed again), the
+# config name and the overrides; each caller gets its own deep copy, and a failing composition is never cached.
+_composed: dict = {}
+
+
+def _sources_key(gh) -> tuple:
+    key = []
+    for source in gh.config_loader().get_sources():
+        files = ()
+        if source.provider and source.scheme() == "file" and os.path.isdir(source.path):
+            files = tuple(sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in Path(source.path).rglob("*.yaml")))
+        key.append((source.scheme(), source.path, files))
+    return tuple(key)
+
+
+def _cached_compose(original):
+    import copy
+    import functools
+
+    @functools.wraps(original)
+    def compose(config_name=None, overrides=None, return_hydra_config=False, strict=None):
+        from hydra.core.global_hydra import GlobalHydra
+
+        if strict is not None or not GlobalHydra().is_initialized():
+            return original(config_name, overrides, return_hydra_config, strict)
+        key = (_sources_key(GlobalHydra.instance()), config_name, tuple(overrides or ()), return_hydra_config)
+        if key not in _composed:
+            _composed[key] = original(config_name, list(overrides or ()), return_hydra_config)
+        return copy.deepcopy(_composed[key])
+
+    return compose
+
+
+def pytest_configure(config):
+    import hydra
+
+    if not getattr(hydra.compose, "_isocompute_cached", False):
+        hydra.compose = _cached_compose(hydra.compose)
+        hydra.compose._isocompute_cached = True

@@ -45,7 +45,8 @@ def scheduled(tmp_path_factory, isocompute_cache, tiny_model_path):
     run_dir = root / "run"
     args = ["isocompute_hard", run_dir, "+platform=cpu", PARITY_REWARD, "isocompute.schedule.enable=true",
             f"isocompute.schedule.curve={curve}", f"isocompute.lr.warmup_steps={WARMUP}", "trainer.val_before_train=false",
-            "trainer.save_freq=100"]  # a checkpoint only at verl's last step: the one the schedule marks
+            "trainer.save_freq=100",  # a checkpoint only at verl's last step: the one the schedule marks
+            "trainer.test_freq=-1"]  # no validation: nothing here reads it (the curve is given, not fitted)
     first = run_recipe(*args, "isocompute.schedule.budget_rollouts=100")
     first_log = (run_dir / "isocompute.jsonl").read_text()
     resumed = run_recipe(*args, "isocompute.schedule.budget_rollouts=200")
