@@ -123,8 +123,8 @@ def record() -> dict:
     se = point_se(frontier, f"val/avg@{k}_se")
     rng = np.random.default_rng(SEED)
     draws = []
-    share_at = [c for c in (64.0, 128.0, 256.0, 512.0) if c <= budget]
-    n_star_counts: dict[str, dict[str, int]] = {str(int(c)): {} for c in share_at}
+    share_at = {str(int(c)): c for c in (64.0, 128.0, 256.0, 512.0) if c <= budget}  # label -> C
+    n_star_counts: dict[str, dict[str, int]] = {label: {} for label in share_at}
     for _ in range(RESAMPLES):
         reward = np.clip(frontier.points["reward"].to_numpy() + rng.normal(0.0, se), 0.0, 1.0)
         try:
@@ -134,10 +134,9 @@ def record() -> dict:
             continue
         draws.append(_on_grid(figures(resampled, budget), estimate))
         grid_c = resampled.grid["C"].to_numpy()
-        for c in share_at:  # the envelope's n* at the grid point nearest C (docs/EVIDENCE.md's share table)
+        for label, c in share_at.items():  # the envelope's n* at the grid point nearest C (EVIDENCE's share table)
             n = str(int(resampled.grid["n_star"].iloc[int(np.argmin(np.abs(np.log(grid_c / c))))]))
-            counts = n_star_counts[str(int(c))]
-            counts[n] = counts.get(n, 0) + 1
+            n_star_counts[label][n] = n_star_counts[label].get(n, 0) + 1
     saved.update({"budget": budget, "resamples": RESAMPLES, "failed_resamples": sum(d is None for d in draws),
                   "estimate": estimate, "interval": _interval(draws, estimate),
                   "n_star_counts": {c: dict(sorted(v.items(), key=lambda kv: int(kv[0]))) for c, v in n_star_counts.items()}})

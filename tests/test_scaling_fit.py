@@ -178,7 +178,6 @@ def test_bootstrap_intervals_bracket_the_fit_and_are_reproducible():
     assert np.all(result.grid["log2_n_star_low"] <= result.grid["log2_n_star_high"])
 
 
-
 @pytest.mark.parametrize("runs_per_n", [1, 2])
 def test_a_sweep_with_one_run_per_n_is_told_its_bootstrap_shows_no_noise(runs_per_n):
     """With one run per n a resample of runs can only leave whole values of n out: its intervals show which n
@@ -190,6 +189,7 @@ def test_a_sweep_with_one_run_per_n_is_told_its_bootstrap_shows_no_noise(runs_pe
     said = [w for w in result.warnings if "single run" in w]
     assert len(said) == (runs_per_n == 1)
     assert not said or "run several seeds per n" in said[0]
+
 
 # --- what cannot be fitted --------------------------------------------------------------------------
 
