@@ -29,6 +29,11 @@ The curve (``--curve``, a curve.json or ``paper:<preset>``): by default the CPU 
 whose fitted compute range covers the budget (the Qwen2.5-7B presets start at 1e5 rollouts: none covers a CPU
 budget of hundreds).
 
+An arm that cannot differ from the fixed arm is refused before anything runs, since it would measure only
+run-to-run noise: per-prompt n at n <= n_min (every prompt already at its floor) and a schedule whose n never
+changes over the budget. The pilot's fit is flat (n* = 2 at every C): there, pass ``--n 4`` or more for
+``per_prompt`` and a ``--curve`` whose n*(c) changes below the budget for ``schedule``.
+
     python benchmarks/bench_learning.py --stage curate     # the learning set, once
     python benchmarks/bench_adaptive.py --dry-run          # the plan and the 9 command lines
     python benchmarks/bench_adaptive.py                    # train (resumable), then report
@@ -97,6 +102,7 @@ def plan_arms(args) -> list[dict]:
     """Each arm's n, steps, the rollouts it will spend and its overrides (the same budget and B_problem for all)."""
     from verl_isocompute.scaling.allocation import AllocationError, allocate
     from verl_isocompute.scaling.schedule import NSchedule, ScheduleError
+    from verl_isocompute.training.adaptive import PerPromptSettings
 
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = sorted(set(arms) - set(ARMS))
@@ -119,6 +125,18 @@ def plan_arms(args) -> list[dict]:
     if budget < b * n:
         raise BenchError(f"--budget {budget:,} does not pay for one step of B_problem {b} x n {n}; raise it")
     steps = budget // (b * n)
+    # An arm that cannot differ from the fixed arm measures only run-to-run noise: refuse it and say what would
+    # let it differ (a CPU pilot's flat curve gives n = 2 for the whole budget, which leaves both with no room).
+    n_min = next((int(o.split("=", 1)[1]) for o in args.overrides if o.startswith("isocompute.per_prompt_n.n_min=")),
+                 PerPromptSettings().n_min)
+    if "per_prompt" in arms and n <= n_min:
+        raise BenchError(f"per_prompt at n {n}: every prompt already gets n_min {n_min}, so the split has no room and the "
+                         "arm would repeat the fixed arm; pass --n 4 or more (both arms use it) or drop per_prompt "
+                         "from --arms")
+    if "schedule" in arms and schedule_ns(curve, b, budget, args) == {n}:
+        raise BenchError(f"schedule on {spec}: n*(c) stays at n {n} over the whole budget of {budget:,}, so the arm "
+                         "would repeat the fixed arm; pass a --curve whose n*(c) changes below the budget or drop "
+                         "schedule from --arms")
     fixed = {"n": n, "steps": steps, "rollouts": steps * b * n, "why_n": why, "overrides": []}
     planned = {
         "fixed": fixed,
@@ -131,6 +149,20 @@ def plan_arms(args) -> list[dict]:
                          f"isocompute.schedule.budget_rollouts={budget}"]},
     }
     return [{"arm": arm, "curve": spec, **planned[arm]} for arm in arms]
+
+
+def schedule_ns(curve, b_problem: int, budget: int, args) -> set[int]:
+    """Every n the schedule would run at over the budget (planned step by step, as the trainer plans them)."""
+    from verl_isocompute.scaling.schedule import NSchedule
+
+    schedule = NSchedule(curve, b_problem, budget, base_lr=args.base_lr, warmup_steps=args.warmup_steps)
+    ns, c, step = set(), 0, 0
+    while schedule.steps_left(c) > 0:
+        step += 1
+        plan = schedule.plan(step, c)
+        ns.add(plan.n)
+        c += plan.batch_rollouts
+    return ns
 
 
 def run_args(args, arm: dict, seed: int) -> argparse.Namespace:

@@ -93,6 +93,35 @@ def test_without_a_curve_it_says_where_one_comes_from(tmp_path, capsys, monkeypa
     assert "no preset's fitted range covers a budget of 512 rollouts" in err and "--curve" in err
 
 
+
+@pytest.mark.parametrize("arms, extra, words", [
+    ("fixed,per_prompt", [], "per_prompt at n 2: every prompt already gets n_min 2, so the split has no room"),
+    ("fixed,per_prompt", ["isocompute.per_prompt_n.n_min=4", "--n", "4"], "per_prompt at n 4: every prompt already gets n_min 4"),
+    ("fixed,schedule", [], "n*(c) stays at n 2 over the whole budget of 512, so the arm would repeat the fixed arm"),
+])
+def test_an_arm_that_cannot_differ_from_the_fixed_arm_is_refused(tmp_path, capsys, arms, extra, words):
+    """On a flat curve (n* = 2 at every C, as the CPU pilot's fit) the allocation's n is 2: per-prompt n has no
+    rollout to move (each prompt already at n_min) and the schedule never leaves n = 2."""
+    curve = tmp_path / "flat.json"
+    curve.write_text(json.dumps({**CURVE, "L": 0.0}))
+    code = bench_adaptive.main(["--stage", "train", "--dry-run", "--curve", str(curve), "--arms", arms,
+                                "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "learning"), *extra])
+    out, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1 and words in err, err
+    assert "$ " not in out and not (tmp_path / "runs").exists()
+
+
+def test_with_room_to_differ_the_same_flat_curve_is_planned(tmp_path, capsys):
+    """--n 4: per-prompt n can move rollouts between prompts (n_min 2), and the schedule (n = 2) differs from n = 4."""
+    curve = tmp_path / "flat.json"
+    curve.write_text(json.dumps({**CURVE, "L": 0.0}))
+    code = bench_adaptive.main(["--stage", "train", "--dry-run", "--curve", str(curve), "--n", "4",
+                                "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "learning")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "per_prompt: n 4 (--n), B_problem 8, up to 16 steps, 512 rollouts" in out
+    assert "schedule: n 2 (n*(c) on the grid [2, 4, 8])" in out
+
 # --- the report -----------------------------------------------------------------------------------------
 
 # per arm and seed: correct samples of 4 per problem at the last validation, n per step, zero-variance share per step
