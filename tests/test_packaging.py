@@ -25,4 +25,3 @@ def test_every_recipe_ships_for_regular_installs():
     shipped = {path for pattern in globs for path in recipes.glob(pattern)}
     missing = sorted(str(p.relative_to(recipes)) for p in recipes.rglob("*.yaml") if p not in shipped)
     assert not missing, f"add {missing} to [tool.setuptools.package-data] in pyproject.toml"
-
