@@ -60,6 +60,8 @@ def _cached_compose(original):
 
 
 def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the collection order (see LONGEST_FIRST)
+        config.option.loadscopereorder = False
     import hydra
 
     if not getattr(hydra.compose, "_isocompute_cached", False):
@@ -70,7 +72,9 @@ def pytest_configure(config):
 # --- the longest modules first ----------------------------------------------------------------------------
 # The full suite runs on two workers with `--dist loadfile` (README): each worker takes whole files in collection
 # order, so a long file collected last would run alone while the other worker idles. Longest first keeps both
-# busy to the end (setup + calls per module, about, in seconds on 2 cores; only the order matters).
+# busy to the end (setup + calls per module, about, in seconds on 2 cores; only the order matters). xdist would
+# otherwise reorder the files by their number of tests, which puts the e2e files (few tests, minutes each) last:
+# pytest_configure turns that off (the same as `--no-loadscope-reorder`).
 LONGEST_FIRST = (
     "test_recipe_e2e.py",               # 420: three runs, one killed and resumed
     "test_sweep_e2e.py",                # 330: curate, a sweep stopped and resumed on a Ray head, fit, train

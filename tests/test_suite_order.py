@@ -3,6 +3,8 @@ command (``-n 2 --dist loadfile``) stay busy to the end."""
 
 from pathlib import Path
 
+import pytest
+
 from conftest import LONGEST_FIRST
 
 
@@ -18,3 +20,9 @@ def test_collection_puts_the_listed_files_first_in_their_order(pytestconfig):
     files = list(dict.fromkeys(item.path.name for item in pytestconfig.pluginmanager.get_plugin("session").items))
     listed = [name for name in files if name in LONGEST_FIRST]
     assert files[:len(listed)] == sorted(listed, key=LONGEST_FIRST.index)
+
+
+def test_xdist_keeps_the_collection_order(pytestconfig):
+    """Left on, xdist's --dist loadfile sorts files by their number of tests, undoing LONGEST_FIRST."""
+    pytest.importorskip("xdist")
+    assert pytestconfig.option.loadscopereorder is False
