@@ -133,7 +133,7 @@ def plan_arms(args) -> list[dict]:
         raise BenchError(f"per_prompt at n {n}: every prompt already gets n_min {n_min}, so the split has no room and the "
                          "arm would repeat the fixed arm; pass --n 4 or more (both arms use it) or drop per_prompt "
                          "from --arms")
-    if "schedule" in arms and schedule_ns(curve, b, budget, args) == {n}:
+    if "schedule" in arms and schedule_ns(copy.deepcopy(schedule)) == {n}:
         raise BenchError(f"schedule on {spec}: n*(c) stays at n {n} over the whole budget of {budget:,}, so the arm "
                          "would repeat the fixed arm; pass a --curve whose n*(c) changes below the budget or drop "
                          "schedule from --arms")
@@ -151,11 +151,9 @@ def plan_arms(args) -> list[dict]:
     return [{"arm": arm, "curve": spec, **planned[arm]} for arm in arms]
 
 
-def schedule_ns(curve, b_problem: int, budget: int, args) -> set[int]:
-    """Every n the schedule would run at over the budget (planned step by step, as the trainer plans them)."""
-    from verl_isocompute.scaling.schedule import NSchedule
-
-    schedule = NSchedule(curve, b_problem, budget, base_lr=args.base_lr, warmup_steps=args.warmup_steps)
+def schedule_ns(schedule) -> set[int]:
+    """Every n ``schedule`` (a fresh NSchedule, which this advances) runs at over its budget, planned step by step
+    as the trainer plans them."""
     ns, c, step = set(), 0, 0
     while schedule.steps_left(c) > 0:
         step += 1
