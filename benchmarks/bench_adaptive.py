@@ -127,8 +127,10 @@ def plan_arms(args) -> list[dict]:
     steps = budget // (b * n)
     # An arm that cannot differ from the fixed arm measures only run-to-run noise: refuse it and say what would
     # let it differ (a CPU pilot's flat curve gives n = 2 for the whole budget, which leaves both with no room).
-    n_min = next((int(o.split("=", 1)[1]) for o in args.overrides if o.startswith("isocompute.per_prompt_n.n_min=")),
-                 PerPromptSettings().n_min)
+    given = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("isocompute.per_prompt_n.n_min=")), None)
+    if given is not None and not given.isdigit():
+        raise BenchError(f"isocompute.per_prompt_n.n_min={given}: give a whole number >= 2")
+    n_min = PerPromptSettings().n_min if given is None else int(given)
     if "per_prompt" in arms and n <= n_min:
         raise BenchError(f"per_prompt at n {n}: every prompt already gets n_min {n_min}, so the split has no room and the "
                          "arm would repeat the fixed arm; pass --n 4 or more (both arms use it) or drop per_prompt "
