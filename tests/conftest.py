@@ -76,16 +76,16 @@ def pytest_configure(config):
 # otherwise reorder the files by their number of tests, which puts the e2e files (few tests, minutes each) last:
 # pytest_configure turns that off (the same as `--no-loadscope-reorder`).
 LONGEST_FIRST = (
-    "test_recipe_e2e.py",               # 420: three runs, one killed and resumed
-    "test_sweep_e2e.py",                # 330: curate, a sweep stopped and resumed on a Ray head, fit, train
+    "test_sweep_e2e.py",                # 470: curate, a sweep stopped and resumed on a Ray head, fit, train
+    "test_recipe_e2e.py",               # 440: three runs, one killed and resumed
     "test_adaptive_e2e.py",             # 250: the schedule's two runs, per-prompt n on stock verl
+    "test_guided_e2e.py",               # 250
+    "test_verl_unaffected.py",          # 245: verl's own CPU tests, with and without our plugin
     "test_stop_e2e.py",                 # 240: four commands stopped by SIGTERM
-    "test_guided_walkthrough_e2e.py",   # 210: the guided page's commands as written
-    "test_stock_e2e.py",                # 205: two runs through verl's own main_ppo
-    "test_e2e_cpu.py",                  # 180: the README's demo run and a run with a skipped weight sync
-    "test_verl_unaffected.py",          # 160: verl's own CPU tests, with and without our plugin
-    "test_user_config_e2e.py",          # 140
-    "test_guided_e2e.py",               # 135
+    "test_e2e_cpu.py",                  # 225: the README's demo run and a run with a skipped weight sync
+    "test_guided_walkthrough_e2e.py",   # 165: the guided page's commands as written
+    "test_stock_e2e.py",                # 155: two runs through verl's own main_ppo
+    "test_user_config_e2e.py",          # 120: verl's ppo_trainer with the user's CPU sizes
     "test_prefix_search_e2e.py",        # 80
     "test_traces_e2e.py",               # 70
 )

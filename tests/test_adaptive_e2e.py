@@ -116,7 +116,8 @@ def per_prompt(tmp_path_factory, isocompute_cache, tiny_model_path):
            "data.shuffle=false", f"actor_rollout_ref.rollout.n={N}", f"actor_rollout_ref.actor.ppo_mini_batch_size={B_PROBLEM}",
            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8", "actor_rollout_ref.rollout.agent.num_workers=1",
-           "reward.num_workers=1", "trainer.logger=[console,file]", f"trainer.total_training_steps={STEPS}",
+           "reward.num_workers=1", "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+           "trainer.logger=[console,file]", f"trainer.total_training_steps={STEPS}",
            "trainer.val_before_train=false", "trainer.test_freq=-1", PARITY_REWARD, f"isocompute.run_dir={run_dir}"]
     base = {k: v for k, v in os.environ.items() if k != "VERL_FILE_LOGGER_PATH"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**base, "VERL_PLATFORM": "cpu"},

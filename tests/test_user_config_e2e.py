@@ -39,6 +39,10 @@ def hook_run(tmp_path_factory, isocompute_cache, tiny_model_path):
     cmd = [sys.executable, "app.py", "+platform=cpu", f"actor_rollout_ref.model.path={tiny_model_path}",
            f"data.train_files={train}", f"data.val_files={val}", PARITY_REWARD, "trainer.logger=[console,file]",
            "trainer.val_before_train=false", "trainer.test_freq=-1",
+           # the user's CPU sizes for verl's workers, as in docs/STOCK_VERL.md's example (ppo_trainer starts 8 of
+           # each kind, every one a process to start on 2 cores; the overlay leaves sizes to the user)
+           "actor_rollout_ref.rollout.agent.num_workers=1", "reward.num_workers=1", "data.dataloader_num_workers=0",
+           "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
            # 32 rollouts at n = 4 (the only n of the grid) and B_problem = 4: two steps
            "isocompute.allocation.enable=true", "isocompute.allocation.curve=paper:qwen2.5-7b-hard",
            "isocompute.allocation.budget_rollouts=32", "isocompute.allocation.b_problem=4", "+isocompute.allocation.n_grid=[4]"]

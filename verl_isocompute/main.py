@@ -36,7 +36,8 @@ def run(cfg: DictConfig) -> None:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    import verl_isocompute.plugin  # noqa: F401  (surface a broken plugin here, where verl would hide it)
+    import verl_isocompute.plugin  # noqa: F401  (surface a broken plugin here, where verl would hide it; the parts
+    # registered when verl imports their registry raise there, in the TaskRunner, see plugin.ON_IMPORT)
 
     validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     run_ppo(cfg, task_runner_class=TaskRunnerV1)

@@ -5,10 +5,45 @@ registrations are present wherever verl looks them up. verl swallows errors rais
 level only), which would leave a run silently without our extensions: ``isocompute doctor`` (with the
 probes of :mod:`verl_isocompute.registration_probes`) is how a user finds out.
 
+Two kinds of registration:
+
+* at once, because verl needs them before it imports anything else: the config resolvers, the recipes' search
+  path and the CPU platform and rollout (cheap: no verl trainer module is imported for them);
+* when verl imports the module that holds the registry (:data:`ON_IMPORT`, through ``wrapt``'s post-import
+  hooks): the estimators, the trainer and the prefix agent loop. Each of our modules in that table registers
+  itself when it is imported, so the hook only imports it. Registering those at once would import verl's v1
+  trainer (and with it the agent loop, reward loop, FastAPI, datasets, peft...) into every verl process,
+  training workers included, that never look a trainer up: about 2 s of CPU per worker at start-up, several
+  workers per run.
+
 Registration is idempotent: importing twice, or calling :func:`register_all` again, changes nothing.
 """
 
 from __future__ import annotations
+
+import importlib
+
+import wrapt
+
+# verl module whose import brings the registry in -> our module that registers into it when imported.
+# verl looks each name up only after importing these (``get_adv_estimator_fn`` in core_algos, ``get_trainer_cls``
+# from verl.trainer.ppo.v1, the agent-loop registry in verl.experimental.agent_loop); a hook fires once the
+# module has run, or at once if it is already imported.
+ON_IMPORT: dict[str, str] = {
+    "verl.trainer.ppo.core_algos": "verl_isocompute.training.advantage",  # the two GRPO estimators
+    "verl.trainer.ppo.v1": "verl_isocompute.training.trainer",  # the isocompute trainer
+    "verl.experimental.agent_loop": "verl_isocompute.guided.agent_loop",  # the assistant-placement agent loop
+}
+_hooked: set[str] = set()
+
+
+def _importer(ours: str):
+    def hook(_verl_module) -> None:
+        # A module of ours that is still running its own imports (it was imported first and is what imported
+        # verl) comes back half-initialised here and registers itself when it finishes.
+        importlib.import_module(ours)
+
+    return hook
 
 
 def register_all() -> None:
@@ -23,10 +58,18 @@ def register_all() -> None:
     # Then: importing verl's trainer modules resolves the platform, and under VERL_PLATFORM=cpu the
     # cpu platform must already be registered by then.
     cpu.register()
-    from verl_isocompute.training import advantage, trainer  # noqa: F401  (the trainer registers on import)
+    for target, ours in ON_IMPORT.items():
+        if target not in _hooked:
+            _hooked.add(target)
+            wrapt.register_post_import_hook(_importer(ours), target)
 
-    advantage.register()
-    from verl_isocompute.guided import agent_loop  # noqa: F401  (registers the assistant-placement agent loop)
+
+def register_now() -> None:
+    """Register everything in this process now, importing the registry modules (``isocompute doctor``: an error
+    in one of them surfaces here, where a post-import hook would raise it in the middle of verl's imports)."""
+    register_all()
+    for target in ON_IMPORT:
+        importlib.import_module(target)
 
 
 register_all()

@@ -89,8 +89,8 @@ def check_registrations(platform: str | None = None) -> Check:
             f"VERL_USE_EXTERNAL_PLUGINS={policy} keeps verl from loading this plugin",
             "unset VERL_USE_EXTERNAL_PLUGINS, or include isocompute in it",
         )
-    # Import our plugin directly to surface the error verl swallowed.
-    rc, _, err = _run_python("import verl_isocompute.plugin", env)
+    # Register directly, the deferred registrations included, to surface the error verl swallowed.
+    rc, _, err = _run_python("from verl_isocompute.plugin import register_now; register_now()", env)
     cause = err.strip().splitlines()[-1] if rc != 0 and err.strip() else "no entry point named isocompute in group verl.plugins"
     return Check(
         name,

@@ -215,3 +215,6 @@ def register() -> None:
     for name, fn in ((GRPO_ESTIMATOR, compute_isocompute_grpo), (DECOUPLED_ESTIMATOR, compute_isocompute_grpo_decoupled)):
         if core_algos.ADV_ESTIMATOR_REGISTRY.get(name) is not fn:
             core_algos.register_adv_est(name)(fn)
+
+
+register()  # on import, as verl's own estimators are (our plugin imports this module when verl imports core_algos)
