@@ -263,37 +263,52 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+PORT_TAKEN = ("Failed to start the grpc server", "Address already in use")  # in the head's log
+
+
+def _start_head(env: dict) -> tuple[subprocess.Popen, str, Path, bool]:
+    """`ray start --head` on ports free a moment ago: the head, its address, its log, and whether its job API
+    answered (within 2 minutes, the head still running)."""
+    temp_dir = Path(tempfile.mkdtemp(prefix="rayhead", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
+    dashboard = _free_port()
+    ray = Path(sys.executable).with_name("ray")
+    with open(temp_dir / "head.log", "w") as log:
+        head = subprocess.Popen(
+            [str(ray), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={_free_port()}",
+             "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={_free_port()}",
+             "--num-cpus=64", "--num-gpus=2", f"--temp-dir={temp_dir}", "--disable-usage-stats"],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+    address = f"http://127.0.0.1:{dashboard}"
+    from ray.job_submission import JobSubmissionClient
+
+    deadline = time.monotonic() + 120
+    while head.poll() is None and time.monotonic() < deadline:
+        try:
+            JobSubmissionClient(address).list_jobs()
+            return head, address, temp_dir / "head.log", True
+        except Exception:
+            time.sleep(1)
+    return head, address, temp_dir / "head.log", False
+
+
 @contextmanager
 def ray_head():
     """A real Ray head on 127.0.0.1 (logical GPUs for verl's pools), stopped by its own pid at the end.
 
     Its temp dir is private, so `ray.init()` elsewhere on this shared machine never finds it, and token
-    authentication is off for this throwaway cluster.
+    authentication is off for this throwaway cluster. Its ports are picked free just before it starts, and
+    another process (the other test worker's Ray, say) may take one in between: a head that fails on a taken
+    port is started again on fresh ports, up to three times.
     """
-    temp_dir = tempfile.mkdtemp(prefix="rayhead", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
-    dashboard = _free_port()
     env = dict(os.environ, RAY_AUTH_MODE="disabled")
-    ray = Path(sys.executable).with_name("ray")
-    log = open(Path(temp_dir) / "head.log", "w")
-    head = subprocess.Popen(
-        [str(ray), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={_free_port()}",
-         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={_free_port()}",
-         "--num-cpus=64", "--num-gpus=2", f"--temp-dir={temp_dir}", "--disable-usage-stats"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-    )
-    address = f"http://127.0.0.1:{dashboard}"
+    for _ in range(3):
+        head, address, log, ready = _start_head(env)
+        if ready or head.poll() is None or not any(text in log.read_text() for text in PORT_TAKEN):
+            break
     try:
-        from ray.job_submission import JobSubmissionClient
-
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                JobSubmissionClient(address).list_jobs()
-                break
-            except Exception:
-                if time.monotonic() > deadline or head.poll() is not None:
-                    raise RuntimeError("the Ray head did not start:\n" + (Path(temp_dir) / "head.log").read_text()[-3000:])
-                time.sleep(1)
+        if not ready:
+            raise RuntimeError("the Ray head did not start:\n" + log.read_text()[-3000:])
         yield address, env
     finally:
         family = psutil.Process(head.pid).children(recursive=True) if head.poll() is None else []
@@ -301,7 +316,6 @@ def ray_head():
         psutil.wait_procs([psutil.Process(head.pid)] + family if head.poll() is None else family, timeout=60)
         for p in alive(family):
             p.kill()
-        log.close()
 
 
 def test_sweep_as_ray_jobs_on_a_local_head(workflow):
