@@ -66,8 +66,8 @@ def register_all() -> None:
 
 def register_now() -> None:
     """Register everything in this process now, importing the registry modules (``isocompute doctor``: an error
-    in one of them surfaces here, where a post-import hook would raise it in the middle of verl's imports)."""
-    register_all()
+    in one of them surfaces here, where a post-import hook would raise it in the middle of verl's imports). The
+    hooks are in place already: importing this module ran :func:`register_all`."""
     for target in ON_IMPORT:
         importlib.import_module(target)
 
