@@ -22,7 +22,10 @@ the sampling; seed s of every arm sees the same data order), seed by seed, so th
    the run's n fitted) with standard errors over seeds and over problems, its paired difference from the fixed
    arm (same problems, same seeds), the share of rollouts in zero-variance groups per step (the trainer's
    ``isocompute/zero_var_rollout_share``; per-prompt n also logs the share expected under its split and under a
-   fixed n) and the wall time, side by side; writes ``adaptive_summary.json``.
+   fixed n), the wall time and the time in training steps (verl's ``timing_s/step``: the wall time less the
+   validations, which differ in number when the arms run different numbers of steps), side by side; then, for each arm against fixed n, avg@k at every C both
+   validated at (the anytime comparison the schedule is for: with ``--test-freq`` dividing each n's steps, the
+   schedule and fixed n validate at some of the same C); writes ``adaptive_summary.json``.
 
 The curve (``--curve``, a curve.json or ``paper:<preset>``): by default the CPU pilot sweep's fit
 (``isocompute sweep --plan run_examples/pilot_cpu.yaml`` writes runs/pilot_cpu/fit/curve.json), else a preset
@@ -32,11 +35,14 @@ budget of hundreds).
 An arm that cannot differ from the fixed arm is refused before anything runs, since it would measure only
 run-to-run noise: per-prompt n at n <= n_min (every prompt already at its floor) and a schedule whose n never
 changes over the budget. The pilot's fit is flat (n* = 2 at every C): there, pass ``--n 4`` or more for
-``per_prompt`` and a ``--curve`` whose n*(c) changes below the budget for ``schedule``.
+``per_prompt`` and a ``--curve`` whose n*(c) changes below the budget for ``schedule``, such as
+``run_examples/schedule_cpu_curve.json``: a stated curve, not a fit, on which the schedule runs 8 steps at n 2,
+4 at n 4 and 4 at n 8 and the allocation's fixed n at 512 rollouts is 8.
 
     python benchmarks/bench_learning.py --stage curate     # the learning set, once
     python benchmarks/bench_adaptive.py --dry-run          # the plan and the 9 command lines
     python benchmarks/bench_adaptive.py                    # train (resumable), then report
+    python benchmarks/bench_adaptive.py --arms fixed,schedule --curve run_examples/schedule_cpu_curve.json --test-freq 4
 """
 
 from __future__ import annotations
@@ -207,6 +213,22 @@ def _mean_se(values) -> tuple[float, float]:
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values))
 
 
+def train_seconds(run_dir: Path) -> float | None:
+    """The run's time in training steps: verl's ``timing_s/step`` summed over steps (the last record of a step a
+    resume logged twice), so without the validations, whose number differs between arms of different step counts."""
+    from verl_isocompute.runlog import VERL_METRICS
+
+    path = run_dir / VERL_METRICS
+    if not path.is_file():
+        return None
+    per_step = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line) if line.strip() else {}
+        if isinstance(record.get("data"), dict) and "timing_s/step" in record["data"]:
+            per_step[record.get("step")] = float(record["data"]["timing_s/step"])
+    return sum(per_step.values()) if per_step else None
+
+
 def run_figures(run_dir: Path) -> dict:
     """One run: its last validation (avg@k per problem), C, n per step, zero-variance shares per step, wall time."""
     from verl_isocompute.runlog import RUN_LOG, read_run_log
@@ -224,7 +246,8 @@ def run_figures(run_dir: Path) -> dict:
         "zero_var_share": [r.get(ZERO_VAR) for r in rows],
         **{key.split("/")[1]: [r.get(key) for r in rows] for key in EXPECTED_ZERO_VAR if any(key in r for r in rows)},
         "final": {k: last[k] for k in ("step", "rollouts", "avg", "se", "problems")},
-        "per_problem": last["per_problem"], "wall_s": info.get("wall_s"), "machine": info.get("machine"),
+        "per_problem": last["per_problem"], "per_problem_at_c": {p["rollouts"]: p["per_problem"] for p in points},
+        "wall_s": info.get("wall_s"), "train_s": train_seconds(run_dir), "machine": info.get("machine"),
         "validation": [{k: v for k, v in p.items() if k != "per_problem"} for p in points],
     }
 
@@ -245,11 +268,14 @@ def arm_summary(runs: list[dict], fixed: list[dict] | None) -> dict:
         "n_per_step": runs[0]["n_per_step"], "avg": avg, "se_seeds": se_seeds,
         "se_problems": metrics.stderr_over_problems(per_problem.values()), "problems": len(problems),
         "k": runs[0]["k"], "zero_var_share": _mean_se(zero), "zero_var_share_per_step": per_step,
-        "wall_s": _mean_se(r["wall_s"] for r in runs),
+        "wall_s": _mean_se(r["wall_s"] for r in runs), "train_s": _mean_se(r["train_s"] for r in runs),
     }
     for key in ("expected_zero_var_share", "expected_zero_var_share_fixed_n"):
         if all(key in r for r in runs):
             out[key] = _mean_se(_mean_se(r[key])[0] for r in runs)
+    out["at_c"] = [{"C": c, "avg": mean, "se_seeds": se} for c, (mean, se) in
+                   ((c, _mean_se(sum(r["per_problem_at_c"][c].values()) / len(r["per_problem_at_c"][c]) for r in runs))
+                    for c in sorted(set.intersection(*(set(r["per_problem_at_c"]) for r in runs))))]
     if fixed is not None:
         by_seed = {r["run"].rsplit("-", 1)[1]: r for r in fixed}
         paired = [(r, by_seed[r["run"].rsplit("-", 1)[1]]) for r in runs if r["run"].rsplit("-", 1)[1] in by_seed]
@@ -261,7 +287,24 @@ def arm_summary(runs: list[dict], fixed: list[dict] | None) -> dict:
             out["vs_fixed"] = {"change": change.change, "se_problems": change.change_se, "z_problems": change.z,
                                "se_seeds": _mean_se(a["final"]["avg"] - f["final"]["avg"] for a, f in paired)[1],
                                "seeds": len(paired), "problems": change.problems, "words": metrics.describe_change(change)}
+            out["vs_fixed_at_c"] = [paired_at_c(paired, c) for c in sorted(set.intersection(
+                *(set(a["per_problem_at_c"]) & set(f["per_problem_at_c"]) for a, f in paired)))]
     return out
+
+
+def paired_at_c(paired: list[tuple[dict, dict]], c: int) -> dict:
+    """An arm against the fixed arm at one compute C both validated at, seed by seed (the anytime comparison):
+    the paired change over problems of the per-problem means over seeds, and the SE of the per-seed changes."""
+    from verl_isocompute.training import metrics
+
+    common = sorted(set.intersection(*(set(a["per_problem_at_c"][c]) & set(f["per_problem_at_c"][c]) for a, f in paired)))
+    mine, theirs = ({p: sum(run["per_problem_at_c"][c][p] for run in side) / len(paired) for p in common}
+                    for side in zip(*paired))
+    change = metrics.paired_change(theirs, mine)
+    seed_changes = [sum(a["per_problem_at_c"][c][p] - f["per_problem_at_c"][c][p] for p in common) / len(common)
+                    for a, f in paired]
+    return {"C": c, "fixed": change.before, "arm": change.after, "change": change.change, "se_problems": change.change_se,
+            "se_seeds": _mean_se(seed_changes)[1], "problems": change.problems}
 
 
 def report(args) -> dict:
@@ -278,7 +321,8 @@ def report(args) -> dict:
     unfinished = [r["run"] for runs in found.values() for r in runs if not r["finished"]]
     machine = next((r["machine"] for runs in found.values() for r in runs if r["machine"]), None)
     summary = {"runs_dir": str(runs_dir.absolute()), "machine": machine, "unfinished": unfinished, "arms": arms,
-               "runs": {arm: [{k: v for k, v in r.items() if k != "per_problem"} for r in runs] for arm, runs in found.items()}}
+               "runs": {arm: [{k: v for k, v in r.items() if not k.startswith("per_problem")} for r in runs]
+                        for arm, runs in found.items()}}
     atomic.write_json(runs_dir / "adaptive_summary.json", summary)
     print_report(summary)
     print(f"summary: {runs_dir / 'adaptive_summary.json'}")
@@ -299,7 +343,8 @@ def print_report(summary: dict) -> None:
         print(f"unfinished runs (their last validation so far): {', '.join(summary['unfinished'])}")
     k = next(iter(arms.values()))["k"]
     print(f"\n{'arm':<11}{'seeds':>6}{'C (rollouts)':>14}{'steps':>7}  {'n per step':<18}{f'avg@{k}':>7}{'SE seeds':>10}"
-          f"{'SE problems':>13}  {'vs fixed (SE problems; SE seeds)':<34}{'zero-var share':>16}{'wall (min)':>14}")
+          f"{'SE problems':>13}  {'vs fixed (SE problems; SE seeds)':<34}{'zero-var share':>16}{'wall (min)':>14}"
+          f"{'in steps (min)':>16}")
     for arm, s in arms.items():
         c = f"{min(s['rollouts']):g}" + ("" if min(s["rollouts"]) == max(s["rollouts"]) else f"-{max(s['rollouts']):g}")
         ns = sorted({n for n in s["n_per_step"]})
@@ -307,7 +352,8 @@ def print_report(summary: dict) -> None:
         vs = s.get("vs_fixed")
         vs_text = "" if vs is None else f"{vs['change']:+.3f} ({vs['se_problems']:.3f}; {vs['se_seeds']:.3f})"
         print(f"{arm:<11}{len(s['seeds']):>6}{c:>14}{max(s['steps']):>7}  {n_text:<18}{s['avg']:>7.3f}{s['se_seeds']:>10.3f}"
-              f"{s['se_problems']:>13.3f}  {vs_text:<34}{_pm(s['zero_var_share']):>16}{_pm(s['wall_s'], 1, 1 / 60):>14}")
+              f"{s['se_problems']:>13.3f}  {vs_text:<34}{_pm(s['zero_var_share']):>16}{_pm(s['wall_s'], 1, 1 / 60):>14}"
+              f"{_pm(s['train_s'], 1, 1 / 60):>16}")
     print("\nzero-variance share of rollouts per step (mean over seeds):")
     for arm, s in arms.items():
         line = " ".join("  -  " if math.isnan(v) else f"{v:.2f}" for v in s["zero_var_share_per_step"])
@@ -319,6 +365,14 @@ def print_report(summary: dict) -> None:
     for arm, s in arms.items():
         if "vs_fixed" in s:
             print(f"{arm} vs fixed n at equal C: {s['vs_fixed']['words']}")
+    for arm, s in arms.items():
+        if s.get("vs_fixed_at_c"):
+            print(f"\n{arm} vs fixed n at every C both validated at (avg@{k}, mean over seeds; change with SE over "
+                  "problems; SE over seeds):")
+            for row in s["vs_fixed_at_c"]:
+                seeds = "-" if math.isnan(row["se_seeds"]) else f"{row['se_seeds']:.3f}"
+                print(f"  C {row['C']:>6g}: fixed {row['fixed']:.3f}, {arm} {row['arm']:.3f}, {row['change']:+.3f} "
+                      f"({row['se_problems']:.3f}; {seeds})" + ("  before training: the same model, so noise alone" if row["C"] == 0 else ""))
 
 
 def main(argv: list[str] | None = None) -> int:

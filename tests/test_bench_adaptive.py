@@ -132,6 +132,9 @@ RUNS = {
     "per_prompt": {0: ([4, 2, 0, 2], [8, 8], [0.75, 0.5]), 1: ([4, 2, 0, 0], [8, 8], [0.5, 0.25])},
 }
 B_PROBLEM = 8
+# validations before the last (step: correct samples of 4 per problem): the fixed arm's at C = 64, where the
+# schedule's runs end, for the comparison at every C both arms validated at
+MID = {("fixed", 0): {1: [4, 2, 0, 0]}, ("fixed", 1): {1: [2, 2, 0, 0]}}
 
 
 def _write_run(root: Path, arm: str, seed: int, correct: list[int], ns: list[int], zero: list[float]) -> None:
@@ -148,9 +151,14 @@ def _write_run(root: Path, arm: str, seed: int, correct: list[int], ns: list[int
         rows.append(row)
     write_run_log(run, {"n": ns[0], "b_problem": B_PROBLEM, "val_n": 4}, rows)
     (run / "validation").mkdir()
-    for step, hits in ((0, [2, 2, 0, 0]), (len(ns), correct)):  # verl's dump: one line per sample
+    validations = {0: [2, 2, 0, 0], **MID.get((arm, seed), {}), len(ns): correct}
+    for step, hits in validations.items():  # verl's dump: one line per sample
         lines = [{"input": f"problem {p}", "acc": i < h, "score": float(i < h)} for p, h in enumerate(hits) for i in range(4)]
         (run / "validation" / f"{step}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    timing = [{"step": step, "data": {"timing_s/step": 30.0, "timing_s/gen": 10.0}} for step in range(1, len(ns) + 1)]
+    if (arm, seed) == ("fixed", 1):  # a resumed run logs its first step again; the second record counts
+        timing.insert(1, {"step": 1, "data": {"timing_s/step": 60.0}})
+    (run / "verl_metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in timing))
     (run / "learning_run.json").write_text(json.dumps({"wall_s": 600.0 + 60 * seed, "started_unix": 0.0, "machine": {
         "cpu_capability": "AVX512", "native_bf16": [], "cores": 2, "loadavg": [1.0, 1.0, 1.0]}}))
 
@@ -198,3 +206,31 @@ def test_the_report_gives_the_zero_variance_share_per_step_and_the_wall_time(sum
     assert "  fixed      0.38 0.25" in printed
     assert "expected under the split 0.600 ± 0.125, under a fixed n 0.500 ± 0.125" in printed
     assert data["machine"]["cpu_capability"] == "AVX512" and data["unfinished"] == []
+
+
+def test_the_report_compares_each_arm_with_fixed_n_at_every_c_both_validated_at(summary):
+    data, printed = summary
+    fixed, schedule = data["arms"]["fixed"], data["arms"]["schedule"]
+    # fixed validated at C = 0, 64 and 128; the schedule at 0 and 64 (where its budget of 3 steps ends)
+    assert [row["C"] for row in fixed["at_c"]] == [0, 64, 128]
+    assert fixed["at_c"][1]["avg"] == pytest.approx(0.3125) and fixed["at_c"][1]["se_seeds"] == pytest.approx(0.0625)
+    # at C = 64: per problem, fixed (0.75, 0.5, 0, 0) and schedule (1, 0.75, 0.25, 0.5) over the two seeds: the
+    # change is 0.3125 with SE std(0.25, 0.25, 0.25, 0.5) / 2; per seed 0.625 - 0.375 and 0.625 - 0.25
+    before, row = schedule["vs_fixed_at_c"]
+    # before training both arms validated the same model: what differs there is sampling noise (here none)
+    assert before["C"] == 0 and before["change"] == pytest.approx(0.0) and before["se_seeds"] == pytest.approx(0.0)
+    assert "C      0: fixed 0.250, schedule 0.250, +0.000 (0.000; 0.000)  before training: the same model" in printed
+    assert row["C"] == 64 and row["fixed"] == pytest.approx(0.3125) and row["arm"] == pytest.approx(0.625)
+    assert row["change"] == pytest.approx(0.3125) and row["se_problems"] == pytest.approx(0.0625)
+    assert row["se_seeds"] == pytest.approx(0.0625) and row["problems"] == 4
+    assert "C     64: fixed 0.312, schedule 0.625, +0.312 (0.062; 0.062)" in printed
+    assert "vs_fixed_at_c" not in fixed and all("per_problem_at_c" not in r for r in data["runs"]["fixed"])
+
+
+def test_the_report_gives_the_time_in_training_steps_without_the_validations(summary):
+    data, printed = summary
+    # verl's timing_s/step per step (30 s; the fixed arm's seed 1 logged step 1 twice, a resume: the last counts)
+    assert data["arms"]["fixed"]["train_s"] == pytest.approx([75.0, 15.0])  # 60 s and 90 s
+    assert data["arms"]["schedule"]["train_s"] == pytest.approx([90.0, 0.0])
+    row = next(line for line in printed.splitlines() if line.startswith("fixed "))
+    assert row.endswith("1.2 ± 0.2")

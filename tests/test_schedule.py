@@ -195,3 +195,21 @@ def test_the_run_ends_when_the_next_n_no_longer_fits_even_if_the_current_one_wou
     assert schedule.next_n(spent) == 16 and schedule.steps_left(spent) == 0 and schedule.steps_left(spent, n=8) == 1
     with pytest.raises(ScheduleError, match="a step of n = 16 takes 64"):
         schedule.plan(plans[-1].step + 1, spent)
+
+
+def test_the_cpu_benchmarks_stated_curve_runs_8_steps_at_n_2_then_4_at_4_then_4_at_8():
+    """run_examples/schedule_cpu_curve.json (bench_adaptive's schedule arm, docs/SCALING.md) promises in its
+    provenance the plan its validations line up with: at B_problem 8 and 512 rollouts, n = 2 for steps 1-8,
+    4 from c = 128 (steps 9-12), 8 from c = 256 (steps 13-16), and the allocation's fixed n at 512 is 8."""
+    from pathlib import Path
+
+    from verl_isocompute.scaling.allocation import allocate
+
+    path = Path(__file__).resolve().parents[1] / "run_examples" / "schedule_cpu_curve.json"
+    curve = load_curve(str(path))
+    plans, (_, spent) = run(NSchedule(curve, 8, 512, base_lr=1.6e-4, warmup_steps=2))
+    assert [p.n for p in plans] == [2] * 8 + [4] * 4 + [8] * 4 and spent == 512
+    assert [p.c for p in plans[1:] if p.n != plans[p.step - 2].n] == [128, 256]
+    # the LR rule at B = 8 n: 1.6e-4 * sqrt(B / 1024), after the 2-update warm-up
+    assert [plans[i].lr for i in (2, 8, 12)] == pytest.approx([2e-5, 2e-5 * math.sqrt(2), 4e-5])
+    assert allocate(curve, 512, b_problem=8, b_problem_floor=None, b_max=None, min_steps=1, n_grid=curve.n_grid).n == 8
