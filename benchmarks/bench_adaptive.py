@@ -273,38 +273,35 @@ def arm_summary(runs: list[dict], fixed: list[dict] | None) -> dict:
     for key in ("expected_zero_var_share", "expected_zero_var_share_fixed_n"):
         if all(key in r for r in runs):
             out[key] = _mean_se(_mean_se(r[key])[0] for r in runs)
-    out["at_c"] = [{"C": c, "avg": mean, "se_seeds": se} for c, (mean, se) in
-                   ((c, _mean_se(sum(r["per_problem_at_c"][c].values()) / len(r["per_problem_at_c"][c]) for r in runs))
-                    for c in sorted(set.intersection(*(set(r["per_problem_at_c"]) for r in runs))))]
+    out["at_c"] = []
+    for c in sorted(set.intersection(*(set(r["per_problem_at_c"]) for r in runs))):
+        mean, se = _mean_se(sum(per.values()) / len(per) for per in (r["per_problem_at_c"][c] for r in runs))
+        out["at_c"].append({"C": c, "avg": mean, "se_seeds": se})
     if fixed is not None:
         by_seed = {r["run"].rsplit("-", 1)[1]: r for r in fixed}
         paired = [(r, by_seed[r["run"].rsplit("-", 1)[1]]) for r in runs if r["run"].rsplit("-", 1)[1] in by_seed]
         if paired:
-            common = sorted(set.intersection(*(set(a["per_problem"]) & set(f["per_problem"]) for a, f in paired)))
-            mine = {p: sum(a["per_problem"][p] for a, _ in paired) / len(paired) for p in common}
-            theirs = {p: sum(f["per_problem"][p] for _, f in paired) / len(paired) for p in common}
-            change = metrics.paired_change(theirs, mine)
-            out["vs_fixed"] = {"change": change.change, "se_problems": change.change_se, "z_problems": change.z,
-                               "se_seeds": _mean_se(a["final"]["avg"] - f["final"]["avg"] for a, f in paired)[1],
-                               "seeds": len(paired), "problems": change.problems, "words": metrics.describe_change(change)}
-            out["vs_fixed_at_c"] = [paired_at_c(paired, c) for c in sorted(set.intersection(
-                *(set(a["per_problem_at_c"]) & set(f["per_problem_at_c"]) for a, f in paired)))]
+            out["vs_fixed"] = change_from_fixed([(a["per_problem"], f["per_problem"]) for a, f in paired])
+            shared = set.intersection(*(set(a["per_problem_at_c"]) & set(f["per_problem_at_c"]) for a, f in paired))
+            out["vs_fixed_at_c"] = [  # the anytime comparison: at every C both arms validated at
+                {"C": c, **change_from_fixed([(a["per_problem_at_c"][c], f["per_problem_at_c"][c]) for a, f in paired])}
+                for c in sorted(shared)]
     return out
 
 
-def paired_at_c(paired: list[tuple[dict, dict]], c: int) -> dict:
-    """An arm against the fixed arm at one compute C both validated at, seed by seed (the anytime comparison):
-    the paired change over problems of the per-problem means over seeds, and the SE of the per-seed changes."""
+def change_from_fixed(pairs: list[tuple[dict, dict]]) -> dict:
+    """An arm against the fixed arm, from (the arm's per-problem avg@k, the fixed arm's) of each paired seed: the
+    paired change over the problems both validated, of the per-problem means over seeds, and the SE of the
+    per-seed changes."""
     from verl_isocompute.training import metrics
 
-    common = sorted(set.intersection(*(set(a["per_problem_at_c"][c]) & set(f["per_problem_at_c"][c]) for a, f in paired)))
-    mine, theirs = ({p: sum(run["per_problem_at_c"][c][p] for run in side) / len(paired) for p in common}
-                    for side in zip(*paired))
+    common = sorted(set.intersection(*(set(mine) & set(theirs) for mine, theirs in pairs)))
+    mine, theirs = ({p: sum(per[p] for per in side) / len(pairs) for p in common} for side in zip(*pairs))
     change = metrics.paired_change(theirs, mine)
-    seed_changes = [sum(a["per_problem_at_c"][c][p] - f["per_problem_at_c"][c][p] for p in common) / len(common)
-                    for a, f in paired]
-    return {"C": c, "fixed": change.before, "arm": change.after, "change": change.change, "se_problems": change.change_se,
-            "se_seeds": _mean_se(seed_changes)[1], "problems": change.problems}
+    per_seed = [sum(a[p] - f[p] for p in common) / len(common) for a, f in pairs]
+    return {"fixed": change.before, "arm": change.after, "change": change.change, "se_problems": change.change_se,
+            "z_problems": change.z, "se_seeds": _mean_se(per_seed)[1], "seeds": len(pairs), "problems": change.problems,
+            "words": metrics.describe_change(change)}
 
 
 def report(args) -> dict:
