@@ -22,10 +22,11 @@ the sampling; seed s of every arm sees the same data order), seed by seed, so th
    the run's n fitted) with standard errors over seeds and over problems, its paired difference from the fixed
    arm (same problems, same seeds), the share of rollouts in zero-variance groups per step (the trainer's
    ``isocompute/zero_var_rollout_share``; per-prompt n also logs the share expected under its split and under a
-   fixed n), the wall time and the time in training steps (verl's ``timing_s/step``: the wall time less the
-   validations, which differ in number when the arms run different numbers of steps), side by side; then, for each arm against fixed n, avg@k at every C both
-   validated at (the anytime comparison the schedule is for: with ``--test-freq`` dividing each n's steps, the
-   schedule and fixed n validate at some of the same C); writes ``adaptive_summary.json``.
+   fixed n), the wall time and the time in training steps (verl's ``timing_s/step`` summed: no start-up and no
+   validations, which differ in number when the arms run different numbers of steps), side by side; then each
+   arm against fixed n at every C both validated at (the anytime comparison the schedule is for: with
+   ``--test-freq`` dividing each n's steps, the schedule and fixed n validate at some of the same C; the row
+   before training compares the same model, so it measures noise alone); writes ``adaptive_summary.json``.
 
 The curve (``--curve``, a curve.json or ``paper:<preset>``): by default the CPU pilot sweep's fit
 (``isocompute sweep --plan run_examples/pilot_cpu.yaml`` writes runs/pilot_cpu/fit/curve.json), else a preset
@@ -214,8 +215,8 @@ def _mean_se(values) -> tuple[float, float]:
 
 
 def train_seconds(run_dir: Path) -> float | None:
-    """The run's time in training steps: verl's ``timing_s/step`` summed over steps (the last record of a step a
-    resume logged twice), so without the validations, whose number differs between arms of different step counts."""
+    """The run's time in training steps: verl's ``timing_s/step`` summed over steps (of a step a resume logged twice,
+    the last record), so without start-up and validations, whose number differs between arms of different steps."""
     from verl_isocompute.runlog import VERL_METRICS
 
     path = run_dir / VERL_METRICS
@@ -368,8 +369,9 @@ def print_report(summary: dict) -> None:
                   "problems; SE over seeds):")
             for row in s["vs_fixed_at_c"]:
                 seeds = "-" if math.isnan(row["se_seeds"]) else f"{row['se_seeds']:.3f}"
+                noise = "  before training: the same model, so noise alone" if row["C"] == 0 else ""
                 print(f"  C {row['C']:>6g}: fixed {row['fixed']:.3f}, {arm} {row['arm']:.3f}, {row['change']:+.3f} "
-                      f"({row['se_problems']:.3f}; {seeds})" + ("  before training: the same model, so noise alone" if row["C"] == 0 else ""))
+                      f"({row['se_problems']:.3f}; {seeds}){noise}")
 
 
 def main(argv: list[str] | None = None) -> int:
