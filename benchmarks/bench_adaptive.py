@@ -217,16 +217,13 @@ def _mean_se(values) -> tuple[float, float]:
 def train_seconds(run_dir: Path) -> float | None:
     """The run's time in training steps: verl's ``timing_s/step`` summed over steps (of a step a resume logged twice,
     the last record), so without start-up and validations, whose number differs between arms of different steps."""
-    from verl_isocompute.runlog import VERL_METRICS
+    from verl_isocompute.jsonl import read_jsonl
+    from verl_isocompute.runlog import STEP_TIMING, VERL_METRICS, is_training_step, verl_line
 
-    path = run_dir / VERL_METRICS
-    if not path.is_file():
+    if not (run_dir / VERL_METRICS).is_file():
         return None
-    per_step = {}
-    for line in path.read_text().splitlines():
-        record = json.loads(line) if line.strip() else {}
-        if isinstance(record.get("data"), dict) and "timing_s/step" in record["data"]:
-            per_step[record.get("step")] = float(record["data"]["timing_s/step"])
+    lines = [verl_line(obj) for _, obj in read_jsonl(run_dir / VERL_METRICS, report=False).objects]
+    per_step = {step: float(data[STEP_TIMING]) for step, data in filter(None, lines) if is_training_step(data)}
     return sum(per_step.values()) if per_step else None
 
 
