@@ -16,7 +16,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from doc_snippets import commands, snippet
-from verl_runs import FIXTURES, PARITY_REWARD, fixture_env, run_recipe
+from verl_runs import HALF_CONSTANT_REWARD, PARITY_REWARD, fixture_env, run_recipe
 
 pytestmark = pytest.mark.e2e
 STEPS = 3
@@ -36,7 +36,7 @@ def cpu_run(tmp_path_factory, isocompute_cache, tiny_model_path):
     assert {f"trainer.total_training_steps={STEPS}", "isocompute.model=tiny", f"actor_rollout_ref.rollout.n={N}"} <= set(given)
     run = run_recipe(
         recipe, tmp_path_factory.mktemp("e2e") / "run", *given, f"trainer.test_freq={STEPS}",
-        f"reward.custom_reward_function.path={FIXTURES / 'half_constant_reward.py'}",
+        HALF_CONSTANT_REWARD,
         # the demo's reuse of the rollout's log-probs in groups mode: the even-index problems' groups never vary
         # and leave the loss, and one sequence per micro-batch makes each of their rows a micro-batch with no token
         "isocompute.zero_variance.mode=groups", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
@@ -106,7 +106,8 @@ def test_reused_log_probs_in_groups_mode_train_on_nothing_where_nothing_varies(c
     The even-index problems' groups never vary (tests/fixtures/half_constant_reward.py), so every step drops rows.
     Whether an odd-index group varies is up to the samples: each step is checked against the share of its
     groups that the logs say varied, and at least one step must have trained on some rows (the reward hashes
-    the response text, so all twelve odd groups of the run being constant has odds of about 8^-12)."""
+    the response text, so a group of distinct responses is constant with probability 1/8, and all of the run's
+    odd-index groups, ten with verl's default data seed, about 8^-10)."""
     _, rows = cpu_run
     trained = []
     for r in _train_rows(rows):

@@ -5,7 +5,9 @@ directory another run wrote to, killed (SIGKILL, a crash) after its step-2 check
 the Hard recipe in ``groups`` mode with seq-mean aggregation, with an agent loop that fails for some samples
 (tests/fixtures/failing_agent_loop.py); the decoupled baseline, also with seq-mean aggregation, started with
 checkpoints in its directory that verl is told not to load. The tiny random model never solves a problem, so the runs score
-with tests/fixtures/parity_reward.py (1 for a response of odd length): groups then vary or not by chance.
+with tests/fixtures/parity_reward.py (1 for a response of odd length): groups then vary or not by chance. The Easy
+run scores with tests/fixtures/half_constant_reward.py instead: its even-index problems never vary, so every step
+has groups the regularisers must leave out, and its assertions branch on what the rollout dump says varied.
 What the actor workers trained on is read from our loss's reports (``actor/isocompute/*``: counts and
 checksums of row ids, exact totals) and compared with the groups of verl's rollout dump.
 """
@@ -18,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import pytest
-from verl_runs import PARITY_REWARD, Run, fixture_env, run_recipe, run_until_killed
+from verl_runs import HALF_CONSTANT_REWARD, PARITY_REWARD, Run, fixture_env, run_recipe, run_until_killed
 
 from verl_isocompute.runlog import read_run_log
 from verl_isocompute.scaling.run_logs import load_runs
@@ -30,7 +32,7 @@ pytestmark = pytest.mark.e2e
 B_PROBLEM, N = 8, 4  # the CPU overlay's batch: 8 problems x 4 rollouts
 BASE_LR, WARMUP = 1e-3, 2
 RULE = BASE_LR * math.sqrt(B_PROBLEM * N / 1024)
-EASY = ("+platform=cpu", PARITY_REWARD, "isocompute.zero_variance.mode=regularizers", "trainer.total_training_steps=4",
+EASY = ("+platform=cpu", HALF_CONSTANT_REWARD, "isocompute.zero_variance.mode=regularizers", "trainer.total_training_steps=4",
         f"isocompute.lr.base_lr={BASE_LR}", f"isocompute.lr.warmup_steps={WARMUP}")
 
 
@@ -106,8 +108,11 @@ def test_logged_lr_is_the_rate_each_update_used(easy_run):
 
 
 def test_kl_and_entropy_are_active_on_easy(easy_run):
+    """Entropy acts at every step with a varying group, and only there (regularizers mode masks the rest)."""
     rows = easy_run.train_rows
-    assert all(r["data"]["actor/entropy_loss"] > 0 for r in rows)
+    for r in rows:
+        varying, _ = varying_rows(easy_run, r["step"])
+        assert (r["data"]["actor/entropy_loss"] > 0) == bool(varying), (r["step"], len(varying))
     assert all("actor/kl_loss" in r["data"] for r in rows)
     assert any(r["data"]["actor/kl_loss"] > 0 for r in rows if r["step"] > 1)  # the policy left the reference
 
@@ -132,7 +137,8 @@ def test_regularisers_acted_on_exactly_the_varying_groups(easy_run):
         assert data["actor/entropy_loss"] == pytest.approx(data["isocompute/reg_entropy_mean"] * share, rel=1e-4, abs=1e-9)
         assert data["actor/kl_loss"] == pytest.approx(data["isocompute/reg_kl_mean"] * share, rel=1e-4, abs=1e-12)
         assert data["isocompute/reg_seq_share"] == pytest.approx(len(varying) / (B_PROBLEM * N))
-        mixed_steps += 0 < len(varying) < B_PROBLEM * N
+        assert len(varying) < B_PROBLEM * N  # the even-index problems' groups never vary
+        mixed_steps += 0 < len(varying)
     assert mixed_steps > 0  # some step had both kinds of groups, so the mask was not all ones or all zeros
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PARITY_REWARD = f"reward.custom_reward_function.path={FIXTURES / 'parity_reward.py'}"
+HALF_CONSTANT_REWARD = f"reward.custom_reward_function.path={FIXTURES / 'half_constant_reward.py'}"
 
 
 @dataclass
