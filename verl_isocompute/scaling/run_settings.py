@@ -217,6 +217,9 @@ class RunSettings:
             value, source = override, flag
         else:
             value, source, tried = self._from_record_or_name(name, path, root, fmt, key)
+            if value is None and self.table is not None:
+                raise ScalingError(f"{name}: the log does not say {key}{tried}, and {self.table.lacks(name, key)} "
+                                   f"(or pass {flag}, one value for every run)")
             if value is None:
                 raise ScalingError(
                     f"{name}: the log does not say {key}{tried}; pass --run-table FILE (a CSV run,n,b_problem or "
