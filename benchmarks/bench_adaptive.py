@@ -40,6 +40,11 @@ changes over the budget. The pilot's fit is flat (n* = 2 at every C): there, pas
 ``run_examples/schedule_cpu_curve.json``: a stated curve, not a fit, on which the schedule runs 8 steps at n 2,
 4 at n 4 and 4 at n 8 and the allocation's fixed n at 512 rollouts is 8.
 
+Settings a run would fail on or that would measure nothing (``--seeds 0``, ``--n 1``, ``--test-freq 0``, an
+``isocompute.per_prompt_n`` override the trainer refuses, checked by its own rules: :func:`per_prompt_settings`) and
+run directories that cannot be read are refused before anything runs, in one line with exit status 2, as the
+``isocompute`` commands refuse theirs.
+
     python benchmarks/bench_learning.py --stage curate     # the learning set, once
     python benchmarks/bench_adaptive.py --dry-run          # the plan and the 9 command lines
     python benchmarks/bench_adaptive.py                    # train (resumable), then report

@@ -21,7 +21,9 @@ after the other, or all at once):
     python benchmarks/bench_learning.py --stage report
 
 Defaults are the settings EVIDENCE.md reports; every one is a flag. Extra ``key=value`` arguments are
-verl-style overrides of the training run.
+verl-style overrides of the training run. A setting the stages would fail on (``--k 0``, ``--n 1``, ``--test-freq
+0``, ``--out`` naming a file) and a run directory the report cannot read are refused in one line, exit status 2
+(:class:`BenchError`, reported as the ``isocompute`` commands report theirs).
 """
 
 from __future__ import annotations

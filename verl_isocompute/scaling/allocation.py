@@ -6,7 +6,8 @@ with one practical rule: scale n with compute according to the fitted sigmoid n*
 moderate, spend the rest on steps. Here that rule reads:
 
 1. n = the grid value nearest to n*(C) in log2 (the paper sweeps powers of two; the curve comes from
-   :mod:`verl_isocompute.scaling.curve`, a ``curve.json`` or a ``paper:`` preset).
+   :mod:`verl_isocompute.scaling.curve`, a ``curve.json`` or a ``paper:`` preset), never 1: GRPO's advantage
+   needs a group, so a grid value of 1 is skipped (with a reason when n*(C) was nearest to it).
 2. B = b_problem * n must fit the hardware (``b_max``) and leave ``min_steps`` steps inside the budget.
    When it does not, b_problem is lowered first, down to ``b_problem_floor``, and only then n (the
    paper finds B_problem matters little in 32..1024 while n matters a lot, and that hard sets need
@@ -24,7 +25,9 @@ a ``b_problem_floor``, if given, still holds (n is lowered when B // n would fal
 
 Token budgets: a curve fitted on generated tokens (``compute_unit: tokens``) is evaluated at
 C_tokens, while the step arithmetic always counts rollouts, rollouts = tokens / mean_response_tokens.
-Any mix of a token budget or a token curve therefore needs ``mean_response_tokens``.
+Any mix of a token budget or a token curve therefore needs ``mean_response_tokens``. A curve fitted on
+``rollouts_with_guidance`` / ``rollouts_with_curation`` is read at C = the budget, which all goes to training
+steps; a reason says that a run spending rollouts before training sits further right on that curve.
 
 Decoupled baseline (appendix C, ``n_train``): n = n_est rollouts are sampled per problem and n_train of
 them are trained on, so n is never chosen below n_train; the compute C counts all n, the LR rule's B
@@ -213,8 +216,8 @@ class _Limits:
             raise AllocationError("n_grid is empty; give at least one n (e.g. 8,16,32) or leave it unset for powers of two")
         grid = tuple(g for g in requested if g >= MIN_N)  # a curve's grid may hold 1 (a sweep's n = 1 runs)
         if not grid:
-            raise AllocationError(f"n_grid {list(requested)} has no n >= {MIN_N}: {WHY_MIN_N}; give n values of "
-                                  f"{MIN_N} or more (e.g. 8,16,32)")
+            raise AllocationError(f"n_grid {list(requested)} has no n >= {MIN_N}: {WHY_MIN_N}; raise the n_grid values "
+                                  f"to {MIN_N} or more (e.g. 8,16,32)")
         if n_train is not None:
             n_train = _count("n_train", n_train)
             grid = tuple(g for g in grid if g >= n_train)

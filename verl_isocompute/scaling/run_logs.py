@@ -229,11 +229,12 @@ def _finalize(raw: RawRun, settings: RunSettings, derive_compute: bool, notes: _
     # A run that logs only one of the two columns has an unknown spend in the other (PARTIAL_SPEND).
     for column, guidance in spent.items():
         cols[column] = cols["rollouts"] + (guidance or 0.0)
-        logs_other = any(other is not None for name, other in spent.items() if name != column)
-        meta[f"{column}_source"] = (
-            PARTIAL_SPEND if guidance is None and logs_other else meta["rollouts_source"]
-            if meta["rollouts_source"] != "log" else "log" if guidance is not None else "rollouts"
-        )
+        if guidance is None and any(other is not None for other in spent.values()):
+            meta[f"{column}_source"] = PARTIAL_SPEND
+        elif meta["rollouts_source"] != "log":
+            meta[f"{column}_source"] = meta["rollouts_source"]
+        else:
+            meta[f"{column}_source"] = "log" if guidance is not None else "rollouts"
     if "tokens" in cols and not np.isnan(cols["tokens"]).all() and not derive_compute:
         meta["tokens_source"] = "log"
     else:

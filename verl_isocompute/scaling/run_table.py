@@ -3,7 +3,9 @@
 A CSV with columns ``run``, ``n``, ``b_problem`` (verl's key names work too: ``actor_rollout_ref.rollout.n``,
 ``data.train_batch_size``) or a YAML mapping ``run: {n: 16, b_problem: 32}`` (or a list of such rows). Where it
 stands among the other sources of n and B_problem, and which names a row may use for its run:
-:mod:`verl_isocompute.scaling.run_settings`. Also the column matching the CSV reader shares. Pure.
+:mod:`verl_isocompute.scaling.run_settings`. A CSV may name one setting twice (``n`` and
+``actor_rollout_ref.rollout.n``): the two cells of a row must agree where both are filled in. Also the column
+matching the CSV reader shares. Pure.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class RunTable:
             if len(named) > 1:
                 raise ScalingError(
                     f"{self.where[key]}: run {key!r} matches {len(named)} runs ({_shown(named)}); key each row by "
-                    f"the run's full name as the fit shows it (e.g. {next(r for r in named if r != key)!r}), one row per run"
+                    f"the run's full name as the fit shows it (e.g. {next((r for r in named if r != key), named[0])!r}), one row per run"
                 )
         unused = [key for key in self.rows if key not in matched]
         if unused:
