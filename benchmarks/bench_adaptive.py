@@ -40,6 +40,11 @@ changes over the budget. The pilot's fit is flat (n* = 2 at every C): there, pas
 ``run_examples/schedule_cpu_curve.json``: a stated curve, not a fit, on which the schedule runs 8 steps at n 2,
 4 at n 4 and 4 at n 8 and the allocation's fixed n at 512 rollouts is 8.
 
+Settings a run would fail on or that would measure nothing (``--seeds 0``, ``--n 1``, ``--test-freq 0``, an
+``isocompute.per_prompt_n`` override the trainer refuses, checked by its own rules: :func:`per_prompt_settings`) and
+run directories that cannot be read are refused before anything runs, in one line with exit status 2, as the
+``isocompute`` commands refuse theirs.
+
     python benchmarks/bench_learning.py --stage curate     # the learning set, once
     python benchmarks/bench_adaptive.py --dry-run          # the plan and the 9 command lines
     python benchmarks/bench_adaptive.py                    # train (resumable), then report
@@ -57,6 +62,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_learning  # noqa: E402  (the training run and its validation points)
+from bench_learning import BenchError  # noqa: E402
 
 ARMS = ("fixed", "schedule", "per_prompt")
 PILOT_CURVE = Path("runs/pilot_cpu/fit/curve.json")
@@ -76,10 +82,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the n*(C) curve of the fixed arm's n and of the schedule (default {PILOT_CURVE}, else a "
                              "preset whose fitted range covers the budget)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the command lines, run nothing")
-
-
-class BenchError(Exception):
-    """A setting the benchmark cannot run; printed as one line."""
 
 
 # --- the plan ------------------------------------------------------------------------------------------
@@ -109,7 +111,6 @@ def plan_arms(args) -> list[dict]:
     """Each arm's n, steps, the rollouts it will spend and its overrides (the same budget and B_problem for all)."""
     from verl_isocompute.scaling.allocation import AllocationError, allocate
     from verl_isocompute.scaling.schedule import NSchedule, ScheduleError
-    from verl_isocompute.training.adaptive import PerPromptSettings
 
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = sorted(set(arms) - set(ARMS))
@@ -134,11 +135,8 @@ def plan_arms(args) -> list[dict]:
     steps = budget // (b * n)
     # An arm that cannot differ from the fixed arm measures only run-to-run noise: refuse it and say what would
     # let it differ (a CPU pilot's flat curve gives n = 2 for the whole budget, which leaves both with no room).
-    given = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("isocompute.per_prompt_n.n_min=")), None)
-    if given is not None and not given.isdigit():
-        raise BenchError(f"isocompute.per_prompt_n.n_min={given}: give a whole number >= 2")
-    n_min = PerPromptSettings().n_min if given is None else int(given)
-    if "per_prompt" in arms and n <= n_min:
+    n_min = per_prompt_settings(args.overrides, b, n).n_min if "per_prompt" in arms else None
+    if n_min is not None and n <= n_min:
         raise BenchError(f"per_prompt at n {n}: every prompt already gets n_min {n_min}, so the split has no room and the "
                          "arm would repeat the fixed arm; pass --n 4 or more (both arms use it) or drop per_prompt "
                          "from --arms")
@@ -158,6 +156,22 @@ def plan_arms(args) -> list[dict]:
                          f"isocompute.schedule.budget_rollouts={budget}"]},
     }
     return [{"arm": arm, "curve": spec, **planned[arm]} for arm in arms]
+
+
+def per_prompt_settings(overrides: list[str], b_problem: int, n: int):
+    """The per_prompt arm's :class:`~verl_isocompute.training.adaptive.PerPromptSettings`: the
+    ``isocompute.per_prompt_n.*`` overrides given, read as hydra reads them and checked in one call by the trainer's
+    own rules (:func:`~verl_isocompute.training.adaptive_config.build_adaptive`: known keys, their types, n_min >= 2),
+    so a setting the run would refuse at start is refused here, before any run."""
+    from omegaconf import OmegaConf
+
+    from verl_isocompute import verl_keys
+    from verl_isocompute.training.adaptive_config import PER_PROMPT, build_adaptive
+
+    given = [o.lstrip("+") for o in overrides if o.lstrip("+").startswith(f"{PER_PROMPT}.")]
+    block = OmegaConf.from_dotlist([*given, f"{PER_PROMPT}.enable=true", f"{verl_keys.B_PROBLEM}={b_problem}",
+                                    f"{verl_keys.N}={n}"])
+    return build_adaptive(block).per_prompt
 
 
 def schedule_ns(schedule) -> set[int]:
@@ -229,13 +243,12 @@ def train_seconds(run_dir: Path) -> float | None:
 
 def run_figures(run_dir: Path) -> dict:
     """One run: its last validation (avg@k per problem), C, n per step, zero-variance shares per step, wall time."""
-    from verl_isocompute.runlog import RUN_LOG, read_run_log
-
-    log = read_run_log(run_dir / RUN_LOG)
-    rows = [r for _, r in log.rows if r.get("step", 0) > 0]
+    log = bench_learning.read_log(run_dir)
+    rows = [r for _, r in log.rows if r["step"] > 0]
     points = bench_learning.validation_points(run_dir)
-    if not rows or not points:
-        raise BenchError(f"{run_dir}: no training step or no validation logged; run --stage train to finish it")
+    if not rows or not points or points[-1]["step"] == 0:
+        raise BenchError(f"{run_dir}: no training step or no validation after training logged; run --stage train to "
+                         "finish it")
     info = json.loads((run_dir / "learning_run.json").read_text()) if (run_dir / "learning_run.json").is_file() else {}
     last = points[-1]
     return {
@@ -371,23 +384,29 @@ def print_report(summary: dict) -> None:
                       f"({row['se_problems']:.3f}; {seeds}){noise}")
 
 
+def run(args) -> int:
+    if args.stage == "curate":
+        raise BenchError("the learning set is bench_learning.py's: python benchmarks/bench_learning.py --stage curate")
+    if args.steps is not None or args.run is not None:
+        raise BenchError("--steps / --run: the budget decides each arm's steps and the arms name the runs; drop them")
+    bench_learning.check_settings(args)
+    if args.seeds < 1:
+        raise BenchError(f"--seeds {args.seeds}: each arm runs once per seed; give 1 or more")
+    if args.runs_dir.exists() and not args.runs_dir.is_dir():
+        raise BenchError(f"--runs-dir {args.runs_dir} is a file; give a directory (it is created if needed)")
+    if args.stage in ("all", "train"):
+        train(args)
+    if args.stage in ("all", "report") and not args.dry_run:
+        report(args)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    from verl_isocompute.commands.cli import run_command
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        if args.stage == "curate":
-            raise BenchError("the learning set is bench_learning.py's: python benchmarks/bench_learning.py --stage curate")
-        if args.steps is not None or args.run is not None:
-            raise BenchError("--steps / --run: the budget decides each arm's steps and the arms name the runs; drop them")
-        if args.stage in ("all", "train"):
-            train(args)
-        if args.stage in ("all", "report") and not args.dry_run:
-            report(args)
-    except BenchError as exc:
-        print(f"bench_adaptive: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_command("bench_adaptive", run, parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ after the other, or all at once):
     python benchmarks/bench_learning.py --stage report
 
 Defaults are the settings EVIDENCE.md reports; every one is a flag. Extra ``key=value`` arguments are
-verl-style overrides of the training run.
+verl-style overrides of the training run. A setting the stages would fail on (``--k 0``, ``--n 1``, ``--test-freq
+0``, ``--out`` naming a file) and a run directory the report cannot read are refused in one line, exit status 2
+(:class:`BenchError`, reported as the ``isocompute`` commands report theirs).
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ import sys
 import time
 from pathlib import Path
 
+from verl_isocompute.errors import IsoComputeError
+
 ROOT = Path(__file__).resolve().parent.parent
+PROG = "bench_learning"
 # SmolLM2-135M-Instruct's avg@16 at temperature 0.6 with the worked-example prompt (reasoning-gym's products,
 # "Solve the following multiplication: 3 * 4. ..."): the curation of 345 problems (2026-11-26) found 63 in
 # [0.3, 0.6]: 33 % of the two-factor products without a 0 or 1, ~28 % of three-factor products with a 0 or 1
@@ -95,6 +100,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key=value")
 
 
+class BenchError(IsoComputeError):
+    """A setting or a run directory a benchmark cannot use: one line and exit status 2, as the ``isocompute`` commands
+    report theirs (:func:`verl_isocompute.commands.cli.run_command`)."""
+
+
+def check_settings(args) -> None:
+    """Refuse settings the runs would fail on or that would measure nothing, before anything runs. ``--n`` may be
+    None (bench_adaptive: the allocation's n, which is never below 2)."""
+    counts = {"--k": args.k, "--val-size": args.val_size, "--b-problem": args.b_problem, "--steps": args.steps,
+              "--max-response-length": args.max_response_length, "--max-prompt-length": args.max_prompt_length,
+              "--micro-batch": args.micro_batch}
+    for flag, value in counts.items():
+        if value is not None and value < 1:
+            raise BenchError(f"{flag} {value}: give a whole number >= 1")
+    if args.tune_size < 0:
+        raise BenchError(f"--tune-size {args.tune_size}: give a whole number >= 0 (0: no tuning split)")
+    if args.n is not None and args.n < 2:
+        raise BenchError(f"--n {args.n}: GRPO's advantage compares the rollouts of one problem, so n must be >= 2")
+    if args.test_freq < 1:
+        raise BenchError(f"--test-freq {args.test_freq}: the run would validate only before training, and the report "
+                         "would compare untrained models; give a number of steps >= 1")
+    if args.out.exists() and not args.out.is_dir():
+        raise BenchError(f"--out {args.out} is a file; give a directory (it is created if needed)")
+
+
 # --- stages -----------------------------------------------------------------------------------------
 
 
@@ -132,7 +162,9 @@ def curate(args) -> Path:
            "data.max_prompt_length=160"]
     print("$", " ".join(cmd), flush=True)
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True)
+    code = subprocess.run(cmd).returncode
+    if code != 0:
+        raise BenchError(f"curation failed (exit status {code}): its message is above")
     print(f"curation: {time.perf_counter() - t0:.0f} s wall", flush=True)
     print((out / "report.md").read_text())
     return out
@@ -198,30 +230,53 @@ def machine() -> dict:
 # --- the report ---------------------------------------------------------------------------------------
 
 
+def read_log(run_dir: Path):
+    """The run's log (``isocompute.jsonl``), each step row with the keys of the contract as numbers; a run directory
+    without one, or with a log no run of ours wrote, is refused in one line."""
+    from verl_isocompute.runlog import ROW_KEYS, RUN_LOG, read_run_log
+
+    path = run_dir / RUN_LOG
+    if not path.is_file():
+        raise BenchError(f"{run_dir}: no {RUN_LOG} there; train it first (--stage train), or name a trained run "
+                         "(--out, --run, --runs-dir)")
+    log = read_run_log(path)
+    for line, row in log.rows:
+        bad = [key for key in ROW_KEYS if isinstance(row.get(key), bool) or not isinstance(row.get(key), (int, float))]
+        if bad:
+            raise BenchError(f"{path}, line {line}: {', '.join(bad)} missing or not a number; a run log of our trainer "
+                             "has them on every row: train the run again")
+    return log
+
+
 def run_started(run_dir: Path) -> float:
-    """When the training run started (unix time): recorded when it ends, else when hydra wrote its config."""
+    """When the training run started (unix time): recorded when it ends, else when hydra wrote its config (else when
+    the run log was last written)."""
+    from verl_isocompute.runlog import RUN_LOG
+
     info = json.loads((run_dir / "learning_run.json").read_text()) if (run_dir / "learning_run.json").is_file() else {}
     if "started_unix" in info:
         return float(info["started_unix"])
     if "started" in info:  # local time, to the second
         return time.mktime(time.strptime(info["started"], "%Y-%m-%d %H:%M:%S"))
-    return min(p.stat().st_mtime for p in (run_dir / ".hydra").iterdir())
+    return min(p.stat().st_mtime for p in [*(run_dir / ".hydra").glob("*"), run_dir / RUN_LOG])
 
 
 def validation_points(run_dir: Path) -> list[dict]:
     """Every validation of the run: step, rollouts C at that step, avg@k and its SE over problems, and the
     wall time from the run's start to the moment verl wrote that validation's samples."""
     from verl_isocompute.commands.demo import per_problem_avg
-    from verl_isocompute.runlog import RUN_LOG, read_run_log
     from verl_isocompute.training import metrics
 
-    log = read_run_log(run_dir / RUN_LOG)
+    log = read_log(run_dir)
     rollouts = {int(r["step"]): r["rollouts"] for _, r in log.rows}
     k = int(log.header.get("val_n") or 4)
     started = run_started(run_dir)
     points = []
     for path in sorted((run_dir / "validation").glob("*.jsonl"), key=lambda p: int(p.stem)):
         per = per_problem_avg(path, k)
+        if not per:
+            raise BenchError(f"{path}: no validation sample in it (verl writes one JSON line per sample); remove it, or "
+                             "train the run again")
         step = int(path.stem)
         points.append({"step": step, "rollouts": rollouts.get(step, 0), "problems": len(per),
                        "avg": sum(per.values()) / len(per), "se": metrics.stderr_over_problems(per.values()),
@@ -232,12 +287,14 @@ def validation_points(run_dir: Path) -> list[dict]:
 
 def report(run_dir: Path) -> dict:
     """Print and save (``learning_summary.json``, ``learning.png``) the figures of one run."""
-    from verl_isocompute.runlog import RUN_LOG, read_run_log
     from verl_isocompute.training import metrics
 
-    log = read_run_log(run_dir / RUN_LOG)
+    log = read_log(run_dir)
     train_rows = [r for _, r in log.rows if r["step"] > 0 and r.get("train/reward") is not None]
     points = validation_points(run_dir)
+    if not points or points[-1]["step"] == 0:
+        raise BenchError(f"{run_dir}: no validation after training in {run_dir / 'validation'}; finish the run "
+                         "(--stage train) with a --test-freq that validates during training")
     change = metrics.paired_change(points[0]["per_problem"], points[-1]["per_problem"])
     info = json.loads((run_dir / "learning_run.json").read_text()) if (run_dir / "learning_run.json").is_file() else {}
     header = log.header
@@ -305,10 +362,8 @@ def plot(summary: dict, path: Path) -> None:
     atomic.save_figure(path, fig, dpi=120)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
+def run(args) -> int:
+    check_settings(args)
     if args.stage in ("all", "curate"):
         curate(args)
     run_dir = (args.out / (args.run or f"train-{args.split}")).absolute()
@@ -317,6 +372,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage in ("all", "report"):
         report(run_dir)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from verl_isocompute.commands.cli import run_command
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run_command(PROG, run, parser.parse_args(argv))
 
 
 if __name__ == "__main__":

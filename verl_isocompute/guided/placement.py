@@ -77,6 +77,8 @@ class GuidedDataset:
     problems_guided: int = 0  # problems with at least one guided copy
     originals: str = ALL
     fallback: int = 0  # problems guided at the fixed fraction because the search found them no prefix
+    copies: int = 1  # guided rows asked per guided problem
+    copies_made: tuple[int, int] = (1, 1)  # fewest and most guided rows a guided problem got
 
     @property
     def ratio(self) -> float:
@@ -90,7 +92,19 @@ class GuidedDataset:
         ratio = "no unguided row" if not self.unguided else f"{self.ratio:.2f} guided per unguided"
         fallback = f", {self.fallback} of them at the fixed fraction (no searched prefix)" if self.fallback else ""
         return (f"{self.unguided} unguided + {self.guided} guided rows ({ratio}: {self.problems_guided} of {self.problems} "
-                f"problems guided{fallback}{short}; originals {self.originals}); skipped problems: {reasons}")
+                f"problems guided{fallback}{short}; originals {self.originals}{self._fewer_copies()}); skipped problems: {reasons}")
+
+    def _fewer_copies(self) -> str:
+        """Why a guided problem got fewer than ``copies`` rows: each copy is a prefix of another length, and a
+        solution has only so many lengths within the fraction (text cuts end at a line or sentence end, token cuts
+        at a token), so the copies run out before the count asked for."""
+        low, high = self.copies_made
+        if not self.problems_guided or low >= self.copies:
+            return ""
+        made = str(low) if low == high else f"{low} to {high}"
+        return (f"; copies {self.copies} asked, {made} made per problem: a prefix ends at a line or sentence end (a "
+                "token with cut=tokens) within the fraction, so a solution has only that many lengths; raise fraction "
+                "and max_fraction (--fraction, --max-fraction) for more")
 
 
 def user_turn(messages: list[dict], prefix: str) -> list[dict]:
@@ -235,7 +249,8 @@ def guided_dataset(
             out.append(guided)
     return GuidedDataset(pd.DataFrame(out), unguided=unguided, guided=len(out) - unguided, eligible=len(usable),
                          wanted=wanted, skipped=skipped, problems=len(rows), problems_guided=len(chosen),
-                         originals=originals, fallback=len(fallbacks & guided_ids))
+                         originals=originals, fallback=len(fallbacks & guided_ids), copies=copies,
+                         copies_made=(min(made), max(made)) if (made := [len(p) for _, p in chosen]) else (0, 0))
 
 
 def write_guided(train_file, out_file, solution_key: str, **options) -> GuidedDataset:

@@ -6,7 +6,8 @@ with one practical rule: scale n with compute according to the fitted sigmoid n*
 moderate, spend the rest on steps. Here that rule reads:
 
 1. n = the grid value nearest to n*(C) in log2 (the paper sweeps powers of two; the curve comes from
-   :mod:`verl_isocompute.scaling.curve`, a ``curve.json`` or a ``paper:`` preset).
+   :mod:`verl_isocompute.scaling.curve`, a ``curve.json`` or a ``paper:`` preset), never 1: GRPO's advantage
+   needs a group, so a grid value of 1 is skipped (with a reason when n*(C) was nearest to it).
 2. B = b_problem * n must fit the hardware (``b_max``) and leave ``min_steps`` steps inside the budget.
    When it does not, b_problem is lowered first, down to ``b_problem_floor``, and only then n (the
    paper finds B_problem matters little in 32..1024 while n matters a lot, and that hard sets need
@@ -24,7 +25,9 @@ a ``b_problem_floor``, if given, still holds (n is lowered when B // n would fal
 
 Token budgets: a curve fitted on generated tokens (``compute_unit: tokens``) is evaluated at
 C_tokens, while the step arithmetic always counts rollouts, rollouts = tokens / mean_response_tokens.
-Any mix of a token budget or a token curve therefore needs ``mean_response_tokens``.
+Any mix of a token budget or a token curve therefore needs ``mean_response_tokens``. A curve fitted on
+``rollouts_with_guidance`` / ``rollouts_with_curation`` is read at C = the budget, which all goes to training
+steps; a reason says that a run spending rollouts before training sits further right on that curve.
 
 Decoupled baseline (appendix C, ``n_train``): n = n_est rollouts are sampled per problem and n_train of
 them are trained on, so n is never chosen below n_train; the compute C counts all n, the LR rule's B
@@ -46,6 +49,7 @@ from typing import Any, Iterable
 
 from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.numeric import as_count, integral, is_positive
+from verl_isocompute.runlog import WITH_CURATION, WITH_GUIDANCE
 from verl_isocompute.scaling.curve import Curve, load_curve
 from verl_isocompute.settings import help_text, setting
 from verl_isocompute.training.lr import (
@@ -58,7 +62,10 @@ from verl_isocompute.training.lr import (
 
 # The paper keeps B_problem >= ~32 on hard sets (arXiv 2603.12151, section 1): the default floor.
 B_PROBLEM_FLOOR = 32
-# Powers of two like the paper's sweep; n = 1 is left out because GRPO has no group to baseline against.
+# Powers of two like the paper's sweep; n = 1 is left out because GRPO has no group to baseline against, from
+# this grid and from any other (a curve's n_grid may hold a sweep's n = 1 runs).
+MIN_N = 2
+WHY_MIN_N = "GRPO's advantage compares the rollouts of one problem, so every recipe refuses rollout.n=1"
 DEFAULT_N_GRID: tuple[int, ...] = tuple(2**i for i in range(1, 31))
 BUDGET_UNITS = ("rollouts", "tokens")
 # Ten million steps is ~4 months at one step a second; the paper's runs take hundreds to thousands.
@@ -205,9 +212,12 @@ class _Limits:
         if n_grid is not None and (isinstance(n_grid, (str, bytes, dict)) or not hasattr(n_grid, "__iter__")):
             raise AllocationError(f"n_grid must be a list of positive integers such as [8, 16, 32], got {n_grid!r}")
         requested = DEFAULT_N_GRID if n_grid is None else tuple(sorted({_count("n_grid value", g) for g in n_grid}))
-        grid = requested
-        if not grid:
+        if not requested:
             raise AllocationError("n_grid is empty; give at least one n (e.g. 8,16,32) or leave it unset for powers of two")
+        grid = tuple(g for g in requested if g >= MIN_N)  # a curve's grid may hold 1 (a sweep's n = 1 runs)
+        if not grid:
+            raise AllocationError(f"n_grid {list(requested)} has no n >= {MIN_N}: {WHY_MIN_N}; raise the n_grid values "
+                                  f"to {MIN_N} or more (e.g. 8,16,32)")
         if n_train is not None:
             n_train = _count("n_train", n_train)
             grid = tuple(g for g in grid if g >= n_train)
@@ -252,6 +262,13 @@ class _Budget:
             reasons.append(f"budget of {tokens:,.0f} tokens = {rollouts:,.0f} rollouts at {r:g} tokens per response")
         if curve.compute_unit == "tokens" and unit == "rollouts":
             reasons.append(f"the curve counts tokens: C = {rollouts:,.0f} rollouts x {r:g} tokens = {tokens:,.0f} tokens")
+        if curve.compute_unit in (WITH_GUIDANCE["rollouts"], WITH_CURATION["rollouts"]):
+            reasons.append(
+                f"the curve counts {curve.compute_unit}, C with the rollouts spent before training (on the guidance"
+                f"{', and curation' if curve.compute_unit == WITH_CURATION['rollouts'] else ''}): n*(C) is read at C = "
+                "the budget, and every rollout of the budget goes to training steps; a run that spends S rollouts "
+                "before training sits at budget + S on this curve"
+            )
         curve_c = tokens if curve.compute_unit == "tokens" else rollouts
         if curve.c_range is not None and not curve.c_range[0] <= curve_c <= curve.c_range[1]:
             reasons.append(
@@ -271,10 +288,9 @@ def _n_from_curve(n_star: float, limits: _Limits, reasons: list[str]) -> int:
     n = _nearest_in_log2(limits.grid, n_star)
     unrestricted = _nearest_in_log2(limits.requested_grid, n_star)
     if n != unrestricted:
-        reasons.append(
-            f"n = {n} rather than {unrestricted}: the decoupled baseline samples at least n_train = {limits.n_train} "
-            "rollouts per problem"
-        )
+        why = (WHY_MIN_N if unrestricted < MIN_N else
+               f"the decoupled baseline samples at least n_train = {limits.n_train} rollouts per problem")
+        reasons.append(f"n = {n} rather than {unrestricted}: {why}")
     return n
 
 

@@ -37,7 +37,7 @@ from verl_isocompute.runlog import DEFAULT_METRIC, WITH_CURATION, WITH_GUIDANCE
 from verl_isocompute.scaling.curve import COMPUTE_UNITS, MAX_COMPUTE, metric_range
 from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.scaling.fit_defaults import DEFAULT_BUCKET
-from verl_isocompute.scaling.run_logs import RESPONSE_LENGTH, RunLogs, name_runs
+from verl_isocompute.scaling.run_logs import PARTIAL_SPEND, RESPONSE_LENGTH, RunLogs, name_runs
 
 # How compute was derived for runs that did not log it (see run_logs.py), as the report says it.
 _DERIVED = {
@@ -112,6 +112,14 @@ def validation_points(
 
     notes = []
     sources = logs.runs.set_index("run").get(f"{compute}_source", pd.Series(dtype=object))
+    partial = sources.index[sources == PARTIAL_SPEND].tolist()
+    if partial:
+        other = WITH_CURATION["rollouts"] if compute == WITH_GUIDANCE["rollouts"] else WITH_GUIDANCE["rollouts"]
+        raise ScalingError(
+            f"{name_runs(partial)}: logs {other} but not {compute}, so the spend before training that {compute} "
+            f"counts is unknown (its rollouts alone would drop the logged spend); fit --compute {other}, or leave "
+            "the run out of RUNS"
+        )
     for source, how in _DERIVED[compute].items():
         runs = sources.index[sources == source].tolist()
         if runs:

@@ -60,6 +60,8 @@ from verl_isocompute.scaling.run_settings import RunSettings, check_one_n
 from verl_isocompute.scaling.run_table import load_run_table
 
 RESPONSE_LENGTH = "response_length/mean"
+# The source of a spend column a run does not log while it logs the other one (only rollouts_with_guidance, say).
+PARTIAL_SPEND = "the other spend column"
 
 
 @dataclass
@@ -127,6 +129,8 @@ def load_runs(
     columns, metas = [], []
     nonfinite: Counter = Counter()
     text_cells: dict[str, str] = {}
+    if table is not None:
+        table.match([raw.name for raw in raws])
     settings = RunSettings(n, b_problem, table)
     for raw in raws:
         cols, meta = _finalize(raw, settings, derive_compute, notes)
@@ -136,8 +140,6 @@ def load_runs(
         for key, where in raw.text_cells.items():
             text_cells.setdefault(key, where)
     runs = pd.DataFrame(metas)
-    if table is not None:
-        table.check_all_used(runs["run"].tolist())
     dupes = runs["run"][runs["run"].duplicated()].tolist()
     if dupes:
         raise ScalingError(f"run name {dupes[0]!r} appears twice; pass each run once")
@@ -223,12 +225,16 @@ def _finalize(raw: RawRun, settings: RunSettings, derive_compute: bool, notes: _
     else:
         cols["rollouts"] = step * per_step
         meta["rollouts_source"] = "--derive-compute" if derive_compute else "derived"
-    # C with the rollouts spent before training (runlog.WITH_GUIDANCE, WITH_CURATION): training C plus that spend
+    # C with the rollouts spent before training (runlog.WITH_GUIDANCE, WITH_CURATION): training C plus that spend.
+    # A run that logs only one of the two columns has an unknown spend in the other (PARTIAL_SPEND).
     for column, guidance in spent.items():
         cols[column] = cols["rollouts"] + (guidance or 0.0)
-        meta[f"{column}_source"] = (
-            meta["rollouts_source"] if meta["rollouts_source"] != "log" else "log" if guidance is not None else "rollouts"
-        )
+        if guidance is None and any(other is not None for other in spent.values()):
+            meta[f"{column}_source"] = PARTIAL_SPEND
+        elif meta["rollouts_source"] != "log":
+            meta[f"{column}_source"] = meta["rollouts_source"]
+        else:
+            meta[f"{column}_source"] = "log" if guidance is not None else "rollouts"
     if "tokens" in cols and not np.isnan(cols["tokens"]).all() and not derive_compute:
         meta["tokens_source"] = "log"
     else:

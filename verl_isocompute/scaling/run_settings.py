@@ -11,7 +11,9 @@ one curve per n). Where each comes from, first match wins (:meth:`RunSettings.re
    a YAML mapping ``run: {n: 16, b_problem: 32}`` (or a list of such rows), for logs from elsewhere. ``run``
    is the run's name as the fit shows it, its last path component (a tensorboard run: the experiment name)
    or, after a ``:``, a wandb run's name or a CSV's run column. A row that matches no run is an error (a
-   typo would otherwise fall through to another source), so is a row that contradicts the log;
+   typo would otherwise fall through to another source), so is a row that matches several runs (one setting
+   silently applied to runs that may differ) and a row that contradicts the log; when no source says a run's
+   n, the error says what the table lacked for it (:meth:`RunTable.lacks`);
 4. ``--n`` / ``--b-problem``: one value for every run still without one;
 5. **the run's hydra config file** (``.hydra/config.yaml``: ``actor_rollout_ref.rollout.n``,
    ``data.train_batch_size``): next to the log or in a parent directory; for a tensorboard run in verl's
@@ -217,6 +219,9 @@ class RunSettings:
             value, source = override, flag
         else:
             value, source, tried = self._from_record_or_name(name, path, root, fmt, key)
+            if value is None and self.table is not None:
+                raise ScalingError(f"{name}: the log does not say {key}{tried}, and {self.table.lacks(name, key)} "
+                                   f"(or pass {flag}, one value for every run)")
             if value is None:
                 raise ScalingError(
                     f"{name}: the log does not say {key}{tried}; pass --run-table FILE (a CSV run,n,b_problem or "

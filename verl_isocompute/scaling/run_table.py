@@ -3,7 +3,9 @@
 A CSV with columns ``run``, ``n``, ``b_problem`` (verl's key names work too: ``actor_rollout_ref.rollout.n``,
 ``data.train_batch_size``) or a YAML mapping ``run: {n: 16, b_problem: 32}`` (or a list of such rows). Where it
 stands among the other sources of n and B_problem, and which names a row may use for its run:
-:mod:`verl_isocompute.scaling.run_settings`. Also the column matching the CSV reader shares. Pure.
+:mod:`verl_isocompute.scaling.run_settings`. A CSV may name one setting twice (``n`` and
+``actor_rollout_ref.rollout.n``): the two cells of a row must agree where both are filled in. Also the column
+matching the CSV reader shares. Pure.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ RUN_ALIASES = ("run", "run_id", "run_name", "name", "experiment_name", "trainer.
 N_ALIASES = ("n", "rollout.n", "actor_rollout_ref.rollout.n")
 B_ALIASES = ("b_problem", "train_batch_size", "data.train_batch_size")
 
-def find_column(columns: Iterable[str], aliases: tuple[str, ...]) -> str | None:
-    """The first of ``columns`` named like one of ``aliases`` (case and a ``config.`` prefix aside)."""
+def find_columns(columns: Iterable[str], aliases: tuple[str, ...]) -> list[str]:
+    """Every one of ``columns`` named like one of ``aliases`` (case and a ``config.`` prefix aside), in the order of
+    ``aliases``."""
 
     def bare(name: str) -> str:
         name = str(name).strip()
@@ -34,15 +37,14 @@ def find_column(columns: Iterable[str], aliases: tuple[str, ...]) -> str | None:
                 name = name[len(prefix):]
         return name
 
-    by_bare = {}
-    for col in columns:
-        by_bare.setdefault(bare(col), col)
-        by_bare.setdefault(bare(col).lower(), col)
-    for alias in aliases:
-        for key in (alias, alias.lower()):
-            if key in by_bare:
-                return by_bare[key]
-    return None
+    wanted = [alias.lower() for alias in aliases]
+    named = [(wanted.index(bare(col).lower()), col) for col in columns if bare(col).lower() in wanted]
+    return [col for _, col in sorted(named, key=lambda pair: pair[0])]
+
+
+def find_column(columns: Iterable[str], aliases: tuple[str, ...]) -> str | None:
+    """The first of ``columns`` named like one of ``aliases`` (see :func:`find_columns`)."""
+    return next(iter(find_columns(columns, aliases)), None)
 
 
 # --- the run table -------------------------------------------------------------------------------------
@@ -50,29 +52,58 @@ def find_column(columns: Iterable[str], aliases: tuple[str, ...]) -> str | None:
 
 @dataclass
 class RunTable:
-    """``--run-table FILE``: run -> {"n": ..., "b_problem": ...}, with the line each row came from."""
+    """``--run-table FILE``: run -> {"n": ..., "b_problem": ...}, with the line each row came from, the keys the
+    file has a column (CSV) or an entry (YAML) for, and, once :meth:`match` saw the runs, the row of each run."""
 
     path: Path
     rows: dict[str, dict[str, Any]]
     where: dict[str, str]
-    used: set[str] = field(default_factory=set)
+    columns: frozenset[str] = frozenset(("n", "b_problem"))
+    row_of: dict[str, str] = field(default_factory=dict)
 
-    def lookup(self, name: str) -> tuple[str, dict[str, Any]] | None:
-        """The row for the run named ``name`` (see the module docstring for the names a row may use)."""
-        for key in _names_of(name):
-            if key in self.rows:
-                self.used.add(key)
-                return key, self.rows[key]
-        return None
-
-    def check_all_used(self, runs: list[str]) -> None:
-        unused = [key for key in self.rows if key not in self.used]
+    def match(self, runs: list[str]) -> None:
+        """Give each run its row, by the first of its names (see the module docstring) that keys one. A row that
+        matches no run (a typo would fall through to another source) and a row that matches several (one
+        setting applied to runs that may differ) are errors naming the fix."""
+        self.row_of = {}
+        for run in runs:
+            key = next((name for name in _names_of(run) if name in self.rows), None)
+            if key is not None:
+                self.row_of[run] = key
+        matched: dict[str, list[str]] = {}
+        for run, key in self.row_of.items():
+            matched.setdefault(key, []).append(run)
+        for key, named in matched.items():
+            if len(named) > 1:
+                raise ScalingError(
+                    f"{self.where[key]}: run {key!r} matches {len(named)} runs ({_shown(named)}); key each row by "
+                    f"the run's full name as the fit shows it (e.g. {next((r for r in named if r != key), named[0])!r}), one row per run"
+                )
+        unused = [key for key in self.rows if key not in matched]
         if unused:
-            shown = ", ".join(runs[:5]) + (f", ... ({len(runs)} runs)" if len(runs) > 5 else "")
             raise ScalingError(
-                f"{self.where[unused[0]]}: run {unused[0]!r} matches no run given; the runs are named {shown} "
+                f"{self.where[unused[0]]}: run {unused[0]!r} matches no run given; the runs are named {_shown(runs)} "
                 "(the full name, its last path component, or the name after ':')"
             )
+
+    def lookup(self, name: str) -> tuple[str, dict[str, Any]] | None:
+        """The row :meth:`match` gave the run named ``name``, with its key."""
+        key = self.row_of.get(name)
+        return None if key is None else (key, self.rows[key])
+
+    def lacks(self, name: str, key: str) -> str:
+        """What this table lacks for ``key`` of the run ``name``, and where to add it."""
+        found = self.lookup(name)
+        if found is None:
+            return (f"--run-table {self.path} has no row for it (a row's run is the full name, its last path "
+                    f"component or the name after ':'); add one with its {key}")
+        if key not in self.columns:
+            return f"--run-table {self.path} has no {key} column; add one"
+        return f"{self.where[found[0]]} gives no {key} for it (an empty cell, null or .nan); fill it in"
+
+
+def _shown(runs: list[str]) -> str:
+    return ", ".join(runs[:5]) + (f", ... ({len(runs)} runs)" if len(runs) > 5 else "")
 
 
 def _names_of(name: str) -> list[str]:
@@ -100,7 +131,7 @@ def load_run_table(path: str | os.PathLike) -> RunTable:
             raise ScalingError(f"{at}: run {run!r} is listed twice ({where[run]}); list each run once")
         checked = {}
         for key, value in values.items():
-            if value is None or (isinstance(value, float) and math.isnan(value)):
+            if _blank(value):
                 continue
             number = positive_int(value)
             if number is None:
@@ -111,7 +142,7 @@ def load_run_table(path: str | os.PathLike) -> RunTable:
         table[run], where[run] = checked, at
     if not table:
         raise ScalingError(f"--run-table {path} lists no runs")
-    return RunTable(path, table, where)
+    return RunTable(path, table, where, frozenset(key for _, _, values in rows for key in values))
 
 
 def _csv_rows(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
@@ -122,13 +153,37 @@ def _csv_rows(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
     except (OSError, ValueError) as exc:
         raise ScalingError(f"--run-table {path}: cannot read as CSV ({exc})") from None
     run_col = find_column(df.columns, RUN_ALIASES)
-    cols = {key: find_column(df.columns, aliases) for key, aliases in (("n", N_ALIASES), ("b_problem", B_ALIASES))}
-    if run_col is None or all(col is None for col in cols.values()):
+    cols = {key: find_columns(df.columns, aliases) for key, aliases in (("n", N_ALIASES), ("b_problem", B_ALIASES))}
+    if run_col is None or not any(cols.values()):
         raise ScalingError(f"--run-table {path}: needs a run column and an n and/or b_problem column (header: run,n,b_problem)")
-    return [
-        (f"line {i + 2}", str(row[run_col]).strip(), {key: row[col] for key, col in cols.items() if col is not None})
-        for i, row in df.iterrows()
-    ]
+    rows = []
+    for i, row in df.iterrows():
+        run = str(row[run_col]).strip()
+        values = {key: _one_value(row, named, f"--run-table {path}, line {i + 2}", run) for key, named in cols.items() if named}
+        rows.append((f"line {i + 2}", run, values))
+    return rows
+
+
+def _one_value(row, columns: list[str], at: str, run: str) -> Any:
+    """The row's value of one key, which several columns may hold (``n`` and ``actor_rollout_ref.rollout.n``): they
+    must agree where both are filled in, since keeping either one would silently drop the other."""
+    filled = [(col, row[col]) for col in columns if not _blank(row[col])]
+    for col, value in filled[1:]:
+        first_col, first = filled[0]
+        if _compared(value) != _compared(first):
+            raise ScalingError(f"{at}: run {run!r} has {first_col}={first} and {col}={value}; the two columns name one "
+                               "setting: keep one of them, or make them agree")
+    return filled[0][1] if filled else None
+
+
+def _compared(value: Any) -> Any:
+    number = positive_int(value)
+    return str(value).strip() if number is None else number
+
+
+def _blank(value: Any) -> bool:
+    """An empty cell, YAML's null or .nan: the row gives no value for that key."""
+    return value is None or (isinstance(value, float) and math.isnan(value)) or (isinstance(value, str) and not value.strip())
 
 
 def _yaml_rows(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
