@@ -151,6 +151,56 @@ def test_per_prompt_n_under_the_decoupled_baseline_needs_n_min_at_least_n_train(
                               "isocompute.decoupled.n_train=3"))
 
 
+def _scheduled_trainer(curve_file, *overrides):
+    """Our trainer's settings, read as its constructor does, with no workers (nothing here reaches them)."""
+    from verl_isocompute.training.run_log_writer import ComputeCounter
+    from verl_isocompute.training.trainer import IsoComputeTrainer
+
+    trainer = IsoComputeTrainer.__new__(IsoComputeTrainer)
+    trainer.config = _compose(curve_file, *overrides)
+    trainer._read_settings(trainer.config)
+    trainer.compute, trainer.train_dataset, trainer.global_steps = ComputeCounter(), [None] * 256, 1
+    return trainer
+
+
+def test_evicted_groups_that_spend_the_budget_make_the_step_the_last_with_its_checkpoint_and_validation(curve_file):
+    """B_problem 8, budget 48, n 2 until c = 24.4: step 1 (16 rollouts) is planned with room for two more steps;
+    groups verl evicted in it bring C to 64, where n is 4 and no step fits. The step becomes verl's last (its
+    saving and validation frequencies are set to hit it, then restored) and its row records C's excess."""
+    trainer = _scheduled_trainer(curve_file, "isocompute.schedule.enable=true", "isocompute.schedule.budget_rollouts=48",
+                                 "trainer.save_freq=100", "trainer.test_freq=-1")
+    trainer.total_training_steps = 3
+    trainer.adaptive.plan_step(1, 0)
+    assert not trainer.adaptive.last_step(0) and not trainer.adaptive.budget_spent(16)
+    trainer.compute.add(16 + 24 * 2, 0)  # the step's 16 rollouts and 24 evicted groups of 2
+    trainer._end_at_spent_budget()
+    assert trainer.total_training_steps == 1
+    assert (trainer.config.trainer.save_freq, trainer.config.trainer.test_freq) == (1, -1)  # -1: verl never validates
+    row = trainer._adaptive_row({})
+    assert (row["budget_rollouts"], row["rollouts_over_budget"]) == (48, 16)  # at most the 48 evicted rollouts
+    trainer._adaptive_step_end(1)
+    assert (trainer.config.trainer.save_freq, trainer.config.trainer.test_freq) == (100, -1)
+    # a step whose evictions leave room for another changes nothing, and its row has no budget record
+    trainer.total_training_steps, trainer.compute.rollouts, trainer.config.trainer.test_freq = 3, 24, 100
+    trainer._end_at_spent_budget()
+    assert trainer.total_training_steps == 3 and trainer.config.trainer.test_freq == 100
+    assert "rollouts_over_budget" not in trainer._adaptive_row({})
+
+
+def test_the_header_carries_step_ones_n_and_lr_under_the_schedule_and_the_configs_without(curve_file):
+    scheduled = _scheduled_trainer(curve_file, "isocompute.schedule.enable=true", "isocompute.schedule.budget_rollouts=48")
+    scheduled.total_training_steps = 3
+    header = scheduled._header()
+    assert scheduled.config.actor_rollout_ref.rollout.n == 4  # the CPU recipe's n; step 1 runs at n*(0) = 2
+    assert (header["n"], header["lr_batch_rollouts"]) == (2, 16)
+    assert header["lr"] == pytest.approx(1e-6 * math.sqrt(16 / 1024))  # the LR rule at B = 8 x 2
+    assert header["schedule"]["budget_rollouts"] == 48 and header["schedule"]["n_grid"] == [2, 4, 8]
+    fixed = _scheduled_trainer(curve_file)
+    fixed.total_training_steps = 3
+    header = fixed._header()
+    assert (header["n"], header["lr"]) == (4, fixed.config.actor_rollout_ref.actor.optim.lr) and "schedule" not in header
+
+
 def test_the_workers_peak_lr_moves_the_rate_and_keeps_the_warm_up_in_updates():
     """IsoComputeActorWorker.set_peak_lr on the scheduler verl builds (cosine, floor 1, 1-based, W = 4): after
     update 2 the next rate is peak * 3/4; with a new peak it is new * 3/4, and update 4 reaches the new peak."""

@@ -6,6 +6,9 @@
 2. Through verl's own ``python -m verl.trainer.main_ppo`` on its ``ppo_trainer`` with our pieces and per-prompt n,
    on data whose rows carry curation's avg@k: each step's n_i are those the allocation gives for its prompts,
    they sum to B_problem x n, and C counts every rollout.
+3. The schedule with injected failed rollouts (issue 35): groups verl evicts in step 1 spend the budget that was
+   planned to pay for two more steps; step 1 is then the last, with its checkpoint and validation, and its row
+   records by how much C passed the budget; the header has step 1's n and lr, not the config's.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import sys
 
 import pandas as pd
 import pytest
-from verl_runs import PARITY_REWARD, run_recipe
+from verl_runs import PARITY_REWARD, fixture_env, run_recipe
 
 pytestmark = pytest.mark.e2e
 B_PROBLEM, WARMUP = 8, 2
@@ -37,14 +40,19 @@ def scheduled_n(c: float) -> int:
     return 2 if c <= crossing(1.6) else 4 if c <= crossing(2.6) else 8
 
 
+def schedule_overrides(root) -> list[str]:
+    """The CPU recipe with the schedule on CURVE (written into ``root``) and a warm-up of WARMUP updates."""
+    curve = root / "curve.json"
+    curve.write_text(json.dumps(CURVE))
+    return ["+platform=cpu", PARITY_REWARD, "isocompute.schedule.enable=true", f"isocompute.schedule.curve={curve}",
+            f"isocompute.lr.warmup_steps={WARMUP}"]
+
+
 @pytest.fixture(scope="module")
 def scheduled(tmp_path_factory, isocompute_cache, tiny_model_path):
     root = tmp_path_factory.mktemp("schedule")
-    curve = root / "curve.json"
-    curve.write_text(json.dumps(CURVE))
     run_dir = root / "run"
-    args = ["isocompute_hard", run_dir, "+platform=cpu", PARITY_REWARD, "isocompute.schedule.enable=true",
-            f"isocompute.schedule.curve={curve}", f"isocompute.lr.warmup_steps={WARMUP}", "trainer.val_before_train=false",
+    args = ["isocompute_hard", run_dir, *schedule_overrides(root), "trainer.val_before_train=false",
             "trainer.save_freq=100",  # a checkpoint only at verl's last step: the one the schedule marks
             "trainer.test_freq=-1"]  # no validation: nothing here reads it (the curve is given, not fitted)
     first = run_recipe(*args, "isocompute.schedule.budget_rollouts=100")
@@ -91,6 +99,46 @@ def test_the_schedule_state_is_in_the_checkpoint_of_each_runs_last_step(schedule
     state = json.loads((checkpoints / "global_step_6" / "isocompute_adaptive.json").read_text())["schedule"]
     assert [(c["step"], c["old_n"], c["new_n"]) for c in state["changes"]] == [(1, None, 2), (3, 2, 4), (6, 4, 8)]
     assert state["budget_rollouts"] == 200 and state["n"] == 8
+
+
+# -- evicted groups spend the budget -------------------------------------------------------------------
+BUDGET = 48
+
+
+@pytest.fixture(scope="module")
+def evicted(tmp_path_factory, isocompute_cache, tiny_model_path):
+    root = tmp_path_factory.mktemp("schedule_evicted")
+    failures = root / "failures.jsonl"
+    return run_recipe(
+        "isocompute_hard", root / "run", *schedule_overrides(root), f"isocompute.schedule.budget_rollouts={BUDGET}",
+        "data.shuffle=false",
+        "trainer.save_freq=100", "trainer.test_freq=100",  # neither hits step 1: only verl's last step saves, validates
+        "actor_rollout_ref.rollout.agent.default_agent_loop=isocompute_test_failing",
+        # problems 0, 1, 2, 4, 5, 6, ... fail: step 1 evicts 3 groups for each of its 8 trained ones
+        env=fixture_env("failing_agent_loop", ISOCOMPUTE_FAILURE_LOG=str(failures), ISOCOMPUTE_FAILING_RESIDUES="0,1,2"),
+    ), [json.loads(line) for line in failures.read_text().splitlines()]
+
+
+def test_evicted_groups_spending_the_budget_end_the_run_with_a_checkpoint_validation_and_the_excess_logged(evicted):
+    run, failures = evicted
+    header, rows = run.run_log[0]["header"], run.run_log[1:]
+    # step 1 at c = 0: n*(0) on the grid is 2, the config's n 4; its 16 rollouts left 32, two more steps at n = 2
+    assert (header["n"], header["lr_batch_rollouts"], header["schedule"]["budget_rollouts"]) == (2, 16, BUDGET)
+    assert header["lr"] == pytest.approx(1e-6 * math.sqrt(B_PROBLEM * 2 / 1024))
+    assert [(r["step"], r["n"]) for r in rows] == [(0, 2), (1, 2)]  # the validation before training: step 1's n too
+    last = rows[1]
+    evicted_groups, evicted_rollouts = last["isocompute/evicted_groups"], last["isocompute/evicted_rollouts"]
+    assert {f["step"] for f in failures} == {1} and evicted_groups >= len(failures) > 0
+    assert evicted_rollouts == 2 * evicted_groups and last["rollouts"] == B_PROBLEM * 2 + evicted_rollouts
+    # verl's last step: the checkpoint (with the schedule's state, so a larger budget can extend the run) and a
+    # validation, although neither frequency hits step 1
+    state = json.loads((run.run_dir / "checkpoints" / "global_step_1" / "isocompute_adaptive.json").read_text())
+    assert (state["schedule"]["step"], state["schedule"]["n"]) == (1, 2)
+    assert "val/avg@4" in last and "val/avg@4" in rows[0]
+    # C passed the budget by the evicted rollouts of that step, never more, and the row says by how much
+    assert last["budget_rollouts"] == BUDGET and last["rollouts_over_budget"] == last["rollouts"] - BUDGET > 0
+    assert last["rollouts_over_budget"] <= evicted_rollouts
+    assert "groups evicted in step 1 spent the budget of 48 rollouts" in run.stdout
 
 
 # -- per-prompt n through verl's own main_ppo ---------------------------------------------------------

@@ -197,6 +197,26 @@ def test_the_run_ends_when_the_next_n_no_longer_fits_even_if_the_current_one_wou
         schedule.plan(plans[-1].step + 1, spent)
 
 
+def test_step_one_is_read_from_a_fresh_start_whatever_the_state_holds():
+    """The run log's header records step 1's n and lr (first_step), written after a resume has loaded a state
+    that is far along: it is the plan a fresh schedule makes at c = 0, and reading it changes nothing."""
+    schedule = NSchedule(CURVE, b_problem=4, budget_rollouts=200_000, warmup_steps=2)
+    schedule.plan(1, 0)
+    later = schedule.plan(2, 30_000)  # log2 n*(3e4) = 1 + 4 / (1 + e^-0.954) = 3.89, past 3.5 + 0.1: n jumps to 16
+    state = schedule.state_dict()
+    first = schedule.first_step()
+    assert first == NSchedule(CURVE, b_problem=4, budget_rollouts=200_000, warmup_steps=2).plan(1, 0)
+    assert (first.step, first.c, first.n, later.n) == (1, 0, 2, 16)
+    assert first.peak_lr == pytest.approx(1e-6 * math.sqrt(4 * 2 / 1024)) and first.lr == pytest.approx(first.peak_lr / 2)
+    assert schedule.state_dict() == state
+
+
+def test_the_last_rows_budget_record_counts_only_rollouts_past_the_budget():
+    schedule = NSchedule(CURVE, b_problem=4, budget_rollouts=20)
+    assert schedule.budget_end(16) == {"budget_rollouts": 20, "rollouts_over_budget": 0}  # 4 unspent: no excess
+    assert schedule.budget_end(26) == {"budget_rollouts": 20, "rollouts_over_budget": 6}
+
+
 def test_the_cpu_benchmarks_stated_curve_runs_8_steps_at_n_2_then_4_at_4_then_4_at_8():
     """run_examples/schedule_cpu_curve.json (bench_adaptive's schedule arm, docs/SCALING.md) promises in its
     provenance the plan its validations line up with: at B_problem 8 and 512 rollouts, n = 2 for steps 1-8,

@@ -21,7 +21,13 @@ The rule, before step t (1-based, verl's global step) with c_t rollouts already 
    (:func:`verl_isocompute.training.lr.resolve_lr`, lr = base_lr * sqrt(B / B_ref)) with the warm-up counted
    in updates (:func:`verl_isocompute.training.lr.lr_for_update`), exactly as a fixed-n run at that n.
 4. The run ends at the budget: :meth:`NSchedule.steps_left` is how many steps of B_t rollouts still fit;
-   the remainder (less than one step) is unspent, as in the allocation.
+   the remainder (less than one step) is unspent, as in the allocation. A step plans B_t rollouts, but a group
+   verl evicts (a failed rollout) is replaced, and its rollouts are charged to C too: they were sampled. So the
+   step whose evictions leave no room for another is the last, and C can end above the budget by the evicted
+   rollouts of that last step, never more (every earlier step was planned with its B_t inside the budget).
+   Holding C under the budget instead would mean training a short last step (another B and mini-batch, and
+   verl's replay buffer waits for B_problem whole groups) or keeping a reserve that no number of evictions is
+   sure to fit (a refill can fail again); the run log's last row records the excess (:meth:`NSchedule.budget_end`).
 
 Every change of n is recorded (step, c, old n, new n) in :class:`ScheduleState`, which serialises to a plain
 dict for the checkpoint, so a resumed run continues with the same n and the same history.
@@ -233,19 +239,36 @@ class NSchedule:
         if not _is_number(c) or c < state.c:
             raise ScheduleError(f"compute went from {state.c:,.0f} to {c!r} rollouts: the compute counter and the "
                                 "schedule state come from different checkpoints; resume both from the same one")
+        plan = self._decide(step, c, state.n)
+        if plan.changed:
+            state.changes.append({"step": step, "c": c, "old_n": state.n, "new_n": plan.n})
+        state.n, state.step, state.c = plan.n, step, float(c)
+        return plan
+
+    def first_step(self) -> StepPlan:
+        """Step 1 of a fresh run (c = 0, no n before it), whatever the state holds: what the run log's header
+        records as the run's n and lr, as it does for a fixed-n run."""
+        return self._decide(1, 0.0, None)
+
+    def _decide(self, step: int, c: float, current: int | None) -> StepPlan:
+        """The plan of step ``step`` after ``c`` rollouts with ``current`` the previous step's n (the state unchanged)."""
         x = self.log2_n_star(c)
-        n = self.next_n(c)
+        n = snap(x, self.grid, current, self.margin)
         left = self.steps_left(c, n)
         if left == 0:
             raise ScheduleError(f"the budget of {self.budget_rollouts:,} rollouts is spent ({c:,.0f} used; a step of n = {n} "
                                 f"takes {self.b_problem * n:,}): stop the run when steps_left() is 0")
-        changed = n != state.n
-        if changed:
-            state.changes.append({"step": step, "c": c, "old_n": state.n, "new_n": n})
-        state.n, state.step, state.c = n, step, float(c)
         peak = resolve_lr(self.b_problem, n, **self.lr_settings).lr
         return StepPlan(step=step, c=c, n_star=2.0**x, n=n, b_problem=self.b_problem, peak_lr=peak,
-                        lr=lr_for_update(step, peak, self.lr_settings["warmup_steps"]), changed=changed, steps_left=left)
+                        lr=lr_for_update(step, peak, self.lr_settings["warmup_steps"]), changed=n != current,
+                        steps_left=left)
+
+    def budget_end(self, c: float) -> dict[str, int]:
+        """What the row of a run's last step records of the budget: the budget it ran to (a resume may have changed
+        it) and the rollouts C passed it by. Only groups evicted during that last step can take C past the budget:
+        the step was planned with its B rollouts inside it, and the evicted groups' rollouts were sampled before
+        they failed (module docstring, point 4)."""
+        return {"budget_rollouts": self.budget_rollouts, "rollouts_over_budget": max(0, int(c) - self.budget_rollouts)}
 
     def header(self) -> dict[str, Any]:
         """The settings a run log's header records for the schedule."""

@@ -5,7 +5,8 @@ the rules themselves are :mod:`verl_isocompute.scaling.schedule` and :mod:`verl_
 
 - **the n schedule** decides, before each step, n_t = n*(c_t) on the sweep's grid (with a hysteresis), the
   step's peak learning rate at B_t = b_problem * n_t, and whether the budget pays for a step after this one
-  (:meth:`AdaptiveN.plan_step`, :meth:`AdaptiveN.last_step`);
+  (:meth:`AdaptiveN.plan_step`, :meth:`AdaptiveN.last_step`, and after the step's evictions
+  :meth:`AdaptiveN.budget_spent`);
 - **per-prompt n** divides the step's rollouts b_problem * n_t across its prompts, most where a group is least
   likely to agree (Knapsack RL, arXiv 2509.25849), with pass rates from curation's avg@k and the prompt's own
   earlier groups (:meth:`AdaptiveN.assign`, :meth:`AdaptiveN.observe`).
@@ -109,12 +110,16 @@ class AdaptiveN:
         self.n = self.plan.n
         return self.plan
 
+    def budget_spent(self, c: float) -> bool:
+        """Whether ``c`` rollouts spent leave a budget too small for another step (never without a schedule)."""
+        return self.schedule is not None and self.schedule.steps_left(c) == 0
+
     def last_step(self, c: float) -> bool:
         """Whether the planned step, once it has spent its b_problem * n rollouts on top of ``c``, leaves a budget
-        too small for another step (the trainer makes it verl's last step: final checkpoint and validation)."""
-        if self.schedule is None:
-            return False
-        return self.schedule.steps_left(c + self.b_problem * self.n) == 0
+        too small for another step (the trainer makes it verl's last step: final checkpoint and validation). Groups
+        evicted during the step can spend the rest of the budget even when this says False: the trainer checks
+        :meth:`budget_spent` again after the step's rollouts are charged."""
+        return self.budget_spent(c + self.b_problem * self.n)
 
     # -- per-prompt n and the ledger ----------------------------------------------------------------
     def assign(self, uids: Sequence[str], prompt_ids: Sequence[str], extra_infos: Sequence[Any],

@@ -16,6 +16,12 @@ A mixin of :class:`verl_isocompute.training.trainer.IsoComputeTrainer`; with bot
   budget pays for no step after it, verl's ``total_training_steps`` set to t (so step t saves its checkpoint and
   validates as verl's last step). Before step 1 ``total_training_steps`` is the most steps the budget could pay
   for (all at the grid's smallest n), and ``trainer.total_epochs`` is raised to cover them;
+- **groups evicted in a step can spend the rest of the budget** (their rollouts are charged on top of the step's
+  B_t): the trainer charges C right after verl's rollout and update, before verl decides whether to save and
+  validate, and :meth:`AdaptiveTrainerMixin._end_at_spent_budget` then makes that step the last. verl read
+  ``is_last_step`` when the step began, but it reads ``trainer.save_freq`` and ``trainer.test_freq`` after the
+  step, so those are set to the step's number for that one step (when positive: a run that never saves or
+  validates keeps that) and restored after it. The last row records the budget and the rollouts C passed it by;
 - **resume-safe**: the schedule's state (its n and every change) and the pass-rate counts are saved in each
   checkpoint folder (``isocompute_adaptive.json``, written before verl marks the checkpoint complete) and
   loaded with it.
@@ -36,6 +42,7 @@ from verl_isocompute.training.adaptive_config import build_adaptive, check_adapt
 
 STATE_FILE = "isocompute_adaptive.json"
 ROLLOUT_N_FIELD = "__rollout_n__"  # verl's per-sample n (verl/trainer/ppo/v1/agent_loop_tq.py, _run_prompt)
+STEP_FREQS = ("save_freq", "test_freq")  # what verl's fit loop reads after a step to save and validate
 
 
 def _column(batch, key: str) -> list:
@@ -53,6 +60,7 @@ class AdaptiveTrainerMixin:
         self.adaptive = build_adaptive(config)
         self._peak_lr = float(config.actor_rollout_ref.actor.optim.lr)
         self._step_ns: list[int] = []
+        self._step_freqs: dict = {}  # trainer.save_freq / test_freq as configured, while one step overrides them
 
     # -- set-up --------------------------------------------------------------------------------------
     def _init_resource_pool_mgr(self):
@@ -80,7 +88,7 @@ class AdaptiveTrainerMixin:
         c, schedule = self.compute.rollouts, self.adaptive.schedule
         if schedule is None:
             return
-        if schedule.steps_left(c) == 0:  # evicted groups cost more than planned: the budget is spent already
+        if self.adaptive.budget_spent(c):  # resumed with a budget its checkpoint's C had spent (in a run: _end_at_spent_budget)
             print(f"[isocompute] schedule: the budget of {schedule.budget_rollouts:,} rollouts is spent ({c:,} used); "
                   f"the run ends after step {step - 1}", flush=True)
             self.total_training_steps = step - 1
@@ -96,6 +104,31 @@ class AdaptiveTrainerMixin:
         if plan.changed:
             print(f"[isocompute] schedule: step {step} runs at n = {plan.n} (n*(c) = {plan.n_star:.2f} after "
                   f"{c:,} rollouts), lr {plan.peak_lr:.3g} after warm-up", flush=True)
+
+    def _end_at_spent_budget(self) -> None:
+        """After the step's rollouts are charged and before verl's checkpoint and validation: when its evicted
+        groups left no budget for another step, make this step verl's last (module docstring)."""
+        step = int(self.global_steps)
+        if self.adaptive is None or step >= self.total_training_steps:
+            return
+        if not self.adaptive.budget_spent(self.compute.rollouts):
+            return
+        schedule = self.adaptive.schedule
+        print(f"[isocompute] schedule: groups evicted in step {step} spent the budget of {schedule.budget_rollouts:,} "
+              f"rollouts ({self.compute.rollouts:,} used): step {step} is the last, with its checkpoint and "
+              "validation", flush=True)
+        self.total_training_steps = step
+        trainer = self.config.trainer
+        self._step_freqs = {key: trainer[key] for key in STEP_FREQS if int(trainer[key]) > 0}
+        for key in self._step_freqs:
+            trainer[key] = step  # verl saves / validates when global_steps % freq == 0
+
+    def _adaptive_step_end(self, step: int) -> None:
+        """After verl's checkpoint, validation and metrics of ``step``: the frequencies back, the next step planned."""
+        self.config.trainer.update(self._step_freqs)
+        self._step_freqs = {}
+        if step < self.total_training_steps:
+            self._plan_step(step + 1)  # from the C just charged: n, lr and the last step of the budget
 
     def _submit_batch_to_rollout(self, batch):
         if self.adaptive is None:
@@ -129,12 +162,15 @@ class AdaptiveTrainerMixin:
         return record.evicted_groups, record.evicted_rollouts
 
     def _adaptive_row(self, metrics: dict) -> dict:
-        """Run-log fields of a step: the n_i distribution, the schedule's n*(c) and peak lr."""
+        """Run-log fields of a step: the n_i distribution, the schedule's n*(c) and peak lr, and on the run's last
+        step the budget and the rollouts C passed it by."""
         out = {}
         if self.adaptive is not None and self.adaptive.per_prompt is not None and self._step_ns:
             out["group_n_hist"] = AdaptiveN.histogram(self._step_ns)
         if self.adaptive is not None and self.adaptive.plan is not None:
             out["n_star"], out["peak_lr"] = self.adaptive.plan.n_star, self.adaptive.plan.peak_lr
+            if self.global_steps >= self.total_training_steps:
+                out.update(self.adaptive.schedule.budget_end(self.compute.rollouts))
         self._step_ns = []
         return out
 

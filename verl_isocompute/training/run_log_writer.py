@@ -56,23 +56,28 @@ class RunLogWriterMixin:
 
         cfg = self.config
         rule = OmegaConf.select(cfg, "isocompute.lr.rule", default=None)
+        n, lr = self.n, cfg.actor_rollout_ref.actor.optim.lr
+        schedule = self.adaptive.schedule if self.adaptive is not None else None
+        if schedule is not None:  # n and lr move with the schedule: the header has step 1's, the rows each step's
+            first = schedule.first_step()
+            n, lr = first.n, first.peak_lr
         return {
             "recipe": OmegaConf.select(cfg, "isocompute.recipe", default=None),
             "model": cfg.actor_rollout_ref.model.path,
             "dataset_size": len(self.train_dataset),
-            "n": self.n,
+            "n": n,
             "b_problem": self.b_problem,
             "n_train": self.n_train,
             "b_max": OmegaConf.select(cfg, "isocompute.allocation.b_max", default=None),
             "adv_estimator": cfg.algorithm.adv_estimator,
             "zero_variance_mode": self.zero_var_mode,
-            "lr": cfg.actor_rollout_ref.actor.optim.lr,
+            "lr": lr,
             "lr_warmup_steps": cfg.actor_rollout_ref.actor.optim.lr_warmup_steps,
             "lr_rule": rule,
             # false: optim.lr / lr_warmup_steps were set in the config or on the command line, not by the rule
             "lr_from_rule": lr_from_rule(cfg) if OmegaConf.select(cfg, "isocompute.lr") is not None else False,
             # B of the LR rule: rollouts per step that enter the gradient (n_train per problem when decoupled)
-            "lr_batch_rollouts": rule_batch_rollouts(self.b_problem, self.n, self.n_train) if rule else None,
+            "lr_batch_rollouts": rule_batch_rollouts(self.b_problem, n, self.n_train) if rule else None,
             "val_n": cfg.actor_rollout_ref.rollout.val_kwargs.n,
             **({GUIDANCE_SPEND: guided_mixture.spend.as_json(self.guidance_spend), "spend_problems": self.spend_problems}
                if self.with_guidance else {}),

@@ -310,12 +310,12 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunLogWriterMixin, PhaseAnnouncer,
     def on_train_begin(self) -> None:
         self._metrics_history.restore(self.logger)
         super().on_train_begin()
+        if self.adaptive is not None:
+            self._plan_step(self.global_steps)  # the n schedule's first (or resumed) step: row 0 has its n, as the header
         # Validation before training is logged as step 0 of a fresh run; a resumed run already has it.
         if self._val_info and self.global_steps == 1:
             self.run_log.append(self._row(step=0, metrics={}))
         self._val_info = {}
-        if self.adaptive is not None:
-            self._plan_step(self.global_steps)  # the n schedule's first (or resumed) step
 
     def _trained_per_group(self, batch) -> tuple[int, int]:
         """(min, max) over groups of sequences that carry loss tokens, read back from the TransferQueue
@@ -344,10 +344,18 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunLogWriterMixin, PhaseAnnouncer,
         metrics[metric_key("n")], metrics[metric_key("b_problem")] = self.n, self.b_problem
         metrics.update({metric_key(key): value for key, value in self._with_guidance().items()})
 
+    def step(self, metrics: dict, timing_raw: dict):
+        """verl's step (rollout, advantages, update), then its compute charged to C before verl decides whether to
+        save and validate: groups evicted in it may have spent the budget of an n schedule, which then makes this
+        step the run's last (:meth:`AdaptiveTrainerMixin._end_at_spent_budget`)."""
+        batch = super().step(metrics, timing_raw)
+        self._charge_compute(metrics)
+        self._end_at_spent_budget()
+        return batch
+
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         metrics[metric_key("trained_per_group_min")], metrics[metric_key("trained_per_group_max")] = self._trained_per_group(batch)
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
-        self._charge_compute(metrics)
         row = self._row(global_steps, metrics)
         end_of_epoch = global_steps % max(1, self.steps_per_epoch) == 0
         if self._epoch_samples and (end_of_epoch or global_steps >= self.total_training_steps):
@@ -356,5 +364,5 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunLogWriterMixin, PhaseAnnouncer,
             self._epoch_samples = []
         self.run_log.append(row)
         self._val_info = {}
-        if self.adaptive is not None and global_steps < self.total_training_steps:
-            self._plan_step(global_steps + 1)  # from the C just charged: n, lr and the last step of the budget
+        if self.adaptive is not None:
+            self._adaptive_step_end(global_steps)
