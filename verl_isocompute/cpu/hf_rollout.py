@@ -12,10 +12,13 @@ shipped servers runs on a CPU. This module supplies the three pieces for a trans
   Samples are **reproducible**: each is drawn from its own seed (:func:`.sampler.sequence_seed`) of the
   rollout seed (``rollout.seed``), the prompt's token ids and the sample's index. verl's agent loop does
   not send that index, so the server numbers the requests for the same prompt (and sampling settings)
-  since the last weight update, in verl's batch order (the ``priority`` verl gives each sample, its row in
-  the step's batch; a prompt's n samples are consecutive rows), not in arrival order. The same run twice
-  gives the same rollouts, and a prompt's samples do not change with the other prompts of its batch. With
-  several replicas the seed also names the replica (which samples of a prompt each serves is verl's routing).
+  since the last weight update, in verl's batch order within a wave of requests (the ``priority`` verl gives
+  each sample, its row in the step's batch), not in arrival order. The same run twice gives the same
+  rollouts, and a prompt's samples do not change with the other prompts of its batch. One limit: when the
+  agent loop sends a prompt's n requests in two waves (more than the batch window apart), the n samples are
+  still the same, but which of the prompt's rows gets which can differ (GRPO treats a group's samples alike:
+  the update changes only by float summation order). With several replicas the seed also names the replica (which samples of a
+  prompt each serves is verl's routing).
 - :class:`HFReplica`, registered in ``RolloutReplicaRegistry`` as ``hf``: launches one server per
   replica next to the training workers.
 - :class:`HFServerAdapter`, registered for ``(hf, async)``: receives the trainer's full weights after
