@@ -23,8 +23,9 @@ On top of ``PPOTrainerSync`` it:
   groups that reached the update: a lower bound when groups were evicted);
 - computes validation avg@k / best@k / worst@k with the unbiased combinatorial estimators, a failed
   validation sample counting as a wrong one (:mod:`verl_isocompute.training.metrics`), overall and per data
-  source, and the per-problem training pass-rate distribution of each epoch (the paper's interference
-  diagnostic);
+  source, with our reward also the rates that tell answer format from skill and per-problem counts in
+  ``validation_problems.jsonl`` (:mod:`verl_isocompute.training.format_metrics`), and the per-problem training
+  pass-rate distribution of each epoch (the paper's interference diagnostic);
 - on a guided dataset (rows marked ``extra_info.guided``, docs/GUIDED.md), logs the training accuracy of
   guided and unguided rows apart, and per placement when both are in a step
   (:func:`verl_isocompute.guided.metrics.guided_metrics`); checks every step that each assistant-placed
