@@ -65,7 +65,7 @@ def main() -> None:
         return out.shape[0] * (out.shape[1] - batch["input_ids"].shape[1])
 
     def run_sampler():
-        return sum(len(o.token_ids) for o in sampler.generate(prompts, params, generator=torch.Generator().manual_seed(0)))
+        return sum(len(o.token_ids) for o in sampler.generate(prompts, params, seeds=range(len(prompts))))
 
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     from omegaconf import OmegaConf

@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 from verl.utils.tracking import FileLogger
 
-from verl_isocompute.runlog import RUN_LOG, VERL_METRICS, read_run_log
+from verl_isocompute.runlog import RUN_LOG, VAL_PROBLEMS, VERL_METRICS, ValidationProblemsWriter, read_run_log
 from verl_isocompute.scaling.run_logs import load_runs
 from verl_isocompute.training import attempts
 
@@ -53,6 +53,7 @@ def test_a_new_run_moves_the_previous_runs_records_aside(tmp_path, metrics_path,
     _verl_rows(metrics_path, [0, 1])
     (run_dir / "validation").mkdir()
     (run_dir / "validation" / "7.jsonl").write_text("{}\n")
+    (run_dir / VAL_PROBLEMS).write_text('{"step": 0}\n')
     (run_dir / "checkpoints" / "global_step_7").mkdir(parents=True)
     (run_dir / "data.parquet").write_text("not a record")  # anything else stays
     now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
@@ -60,7 +61,7 @@ def test_a_new_run_moves_the_previous_runs_records_aside(tmp_path, metrics_path,
     assert attempts.move_previous_run(run_dir, attempts.run_files(_config(run_dir), run_dir), now) is not None
     dest = run_dir / "previous" / "20260102T030405Z"
     assert read_run_log(dest / RUN_LOG).header == {"n": 99}
-    assert (dest / VERL_METRICS).is_file() and (dest / "validation" / "7.jsonl").is_file()
+    assert (dest / VERL_METRICS).is_file() and (dest / "validation" / "7.jsonl").is_file() and (dest / VAL_PROBLEMS).is_file()
     assert (dest / "checkpoints" / "global_step_7").is_dir()
     assert sorted(p.name for p in run_dir.iterdir()) == ["data.parquet", "previous"]
 
@@ -76,7 +77,7 @@ def test_a_new_run_in_an_empty_or_foreign_directory_moves_nothing(tmp_path, caps
     run_dir.mkdir()
     assert attempts.move_previous_run(run_dir, attempts.run_files(_config(run_dir), run_dir)) is None
     elsewhere = _config(run_dir, default_local_dir=str(tmp_path / "ckpt"), validation_data_dir=str(run_dir))
-    assert attempts.run_files(elsewhere, run_dir) == [run_dir / RUN_LOG]  # only what lies inside the run dir
+    assert attempts.run_files(elsewhere, run_dir) == [run_dir / RUN_LOG, run_dir / VAL_PROBLEMS]  # only what lies inside the run dir
     attempts.start_attempt(_config(run_dir), run_dir, resumed_step=0)
     assert capsys.readouterr().out == ""
 
@@ -131,3 +132,12 @@ def test_a_resume_whose_checkpoint_step_was_never_logged_says_so():
     assert attempts.missing_step_notice(None, 0, 32) is None  # a new run
     notice = attempts.missing_step_notice({"step": 1, "rollouts": 32}, 2, 32)
     assert notice.startswith("[isocompute] warning: the run log has no row for step 2") and "at least 32" in notice
+
+
+def test_a_resume_keeps_the_per_problem_validations_up_to_the_checkpoint(tmp_path):
+    writer = ValidationProblemsWriter(tmp_path)
+    writer.append([{"step": 0, "problem": "1"}, {"step": 0, "problem": "2"}])
+    writer.append([{"step": 2, "problem": "1"}])
+    writer.append([{"step": 4, "problem": "1"}])
+    writer.resume(2)
+    assert [json.loads(line)["step"] for line in (tmp_path / VAL_PROBLEMS).read_text().splitlines()] == [0, 0, 2]

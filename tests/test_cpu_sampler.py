@@ -9,6 +9,8 @@ from verl_isocompute.cpu.sampler import (
     BatchSampler,
     SamplingParams,
     _filter_top_k_top_p,
+    _inverse_cdf,
+    sequence_seed,
 )
 
 
@@ -43,7 +45,7 @@ def test_logprobs_match_teacher_forced_recomputation(model_and_tokenizer):
     prompts = _prompts(tokenizer)  # different lengths: exercises left padding
     sampler = BatchSampler(model, [tokenizer.eos_token_id], tokenizer.pad_token_id)
     params = SamplingParams(max_tokens=24, temperature=0.6, top_p=0.9, top_k=50, ignore_eos=True)
-    outs = sampler.generate(prompts, params, generator=torch.Generator().manual_seed(0))
+    outs = sampler.generate(prompts, params, seeds=[0, 1, 2])
     for prompt, out in zip(prompts, outs):
         assert len(out.token_ids) == 24 and out.finish_reason == "length"
         expected = _teacher_forced_logprobs(model, prompt, out.token_ids, 0.6)
@@ -88,9 +90,40 @@ def test_seeded_sampling_is_reproducible(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     sampler = BatchSampler(model, [tokenizer.eos_token_id], tokenizer.pad_token_id)
     params = SamplingParams(max_tokens=10, temperature=1.0, ignore_eos=True)
-    a = sampler.generate(_prompts(tokenizer), params, generator=torch.Generator().manual_seed(3))
-    b = sampler.generate(_prompts(tokenizer), params, generator=torch.Generator().manual_seed(3))
+    a = sampler.generate(_prompts(tokenizer), params, seeds=[3, 4, 5])
+    b = sampler.generate(_prompts(tokenizer), params, seeds=[3, 4, 5])
     assert [o.token_ids for o in a] == [o.token_ids for o in b]
+    c = sampler.generate(_prompts(tokenizer), params, seeds=[6, 7, 8])
+    assert [o.token_ids for o in a] != [o.token_ids for o in c]
+
+
+def test_a_rows_sample_depends_on_its_seed_not_on_its_batch(model_and_tokenizer):
+    """The same prompt and seed in another batch (other prompts, another order, a longer limit beside it, a
+    top-k / top-p draw) gives the same tokens: each row draws from its own generator."""
+    model, tokenizer = model_and_tokenizer
+    first, second, third = _prompts(tokenizer)
+    sampler = BatchSampler(model, [tokenizer.eos_token_id], tokenizer.pad_token_id)
+    for params in (SamplingParams(max_tokens=12, temperature=1.0, ignore_eos=True),
+                   SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, top_k=40, ignore_eos=True)):
+        seeds = [sequence_seed(0, p, 0) for p in (first, second, third)]
+        together = sampler.generate([first, second, third], params, seeds=seeds)
+        apart = sampler.generate([third, first], params, max_tokens=[12, 12], seeds=[seeds[2], seeds[0]])
+        longer_beside = sampler.generate([second, first], params, max_tokens=[30, 12], seeds=[seeds[1], seeds[0]])
+        assert apart[1].token_ids == together[0].token_ids == longer_beside[1].token_ids
+        assert apart[0].token_ids == together[2].token_ids
+
+
+def test_sequence_seed_names_prompt_and_index():
+    assert sequence_seed(0, [1, 2, 3], 0) == sequence_seed(0, [1, 2, 3], 0)
+    seeds = {sequence_seed(0, [1, 2, 3], 0), sequence_seed(0, [1, 2, 3], 1), sequence_seed(1, [1, 2, 3], 0),
+             sequence_seed(0, [1, 2, 4], 0), sequence_seed(0, [12, 3], 0)}
+    assert len(seeds) == 5 and all(0 <= s < 2**63 for s in seeds)
+
+
+def test_inverse_cdf_draws_follow_the_distribution():
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2]])
+    picks = [int(_inverse_cdf(probs, torch.tensor([u]))) for u in (0.0, 0.49, 0.5, 0.79, 0.8, 0.999999)]
+    assert picks == [0, 0, 2, 2, 3, 3]  # a token of probability 0 is never drawn
 
 
 def test_top_k_and_top_p_filters():

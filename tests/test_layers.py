@@ -43,6 +43,8 @@ LAYERS: dict[str, int] = {
     f"{PACKAGE}.commands": COMMANDS,
     f"{PACKAGE}.main": COMMANDS,
     # the pure rules that live beside the verl code using them
+    f"{PACKAGE}.training.answers": PURE,
+    f"{PACKAGE}.training.format_metrics": PURE,
     f"{PACKAGE}.training.lr": PURE,
     f"{PACKAGE}.training.masks": PURE,
     f"{PACKAGE}.training.metrics": PURE,

@@ -26,6 +26,11 @@ Every run of our recipes writes ``<run dir>/isocompute.jsonl``: JSON lines, one 
   ``isocompute fit --compute rollouts_with_guidance`` (or ``rollouts_with_curation``) uses another column (a
   run without it counts its ``rollouts``).
 
+Next to it, ``<run dir>/validation_problems.jsonl`` (:data:`VAL_PROBLEMS`) holds one line per problem and
+validation: ``step``, ``data_source``, ``problem`` (``extra_info.problem_id`` or ``index``), ``k`` and how many of
+the k samples were correct, answered, echoes of the question and leniently correct
+(:mod:`verl_isocompute.training.format_metrics`), so a before/after comparison can be paired and re-computed.
+
 The writer (:class:`RunLogWriter`) appends a line per step and, when a run resumes from a checkpoint,
 atomically rewrites the file without the rows past the resumed step. Reading and appending follow the
 package's one JSON-lines policy (:mod:`verl_isocompute.jsonl`): a last line cut short by a kill is skipped
@@ -46,6 +51,7 @@ from verl_isocompute.jsonl import JsonlAppender, JsonlError, read_jsonl, write_j
 RUN_LOG = "isocompute.jsonl"
 # What else a run directory of ours holds (written by verl, named by us).
 VERL_METRICS = "verl_metrics.jsonl"  # verl's file logger (VERL_FILE_LOGGER_PATH)
+VAL_PROBLEMS = "validation_problems.jsonl"  # per-problem validation counts (module docstring)
 CONSOLE_LOG = "verl.log"  # the run's console output, where a wrapper (demo, sweep) captures it
 
 ROW_KEYS = ("step", "n", "b_problem", "rollouts", "tokens", "epoch")
@@ -186,3 +192,22 @@ def write_run_log(run_dir: str | os.PathLike, header: dict[str, Any], rows: list
     for row in rows:
         check_row(row)
     return write_jsonl(Path(run_dir) / RUN_LOG, [{HEADER: header}, *rows])
+
+
+class ValidationProblemsWriter:
+    """Appends per-problem validation records to ``<run dir>/validation_problems.jsonl``."""
+
+    def __init__(self, run_dir: str | os.PathLike) -> None:
+        self.path = Path(run_dir) / VAL_PROBLEMS
+
+    def append(self, records: list[dict[str, Any]]) -> None:
+        with JsonlAppender(self.path) as out:
+            out.append(*records)
+
+    def resume(self, step: int) -> None:
+        """Keep the records of validations up to ``step`` (a resumed run validates the later steps again)."""
+        if self.path.is_file():
+            read = read_jsonl(self.path)
+            kept = [r for r in read.dicts() if r.get("step", 0) <= step]
+            if len(kept) != len(read.values) or read.cut_last_line:
+                write_jsonl(self.path, kept)

@@ -9,6 +9,16 @@ shipped servers runs on a CPU. This module supplies the three pieces for a trans
   **batched**: the server collects concurrent requests (all n samples of every prompt of a step arrive
   at once) and samples them as one padded batch with a KV cache (:mod:`.sampler`). It returns token ids
   and per-token log-probs, which verl compares with the trainer's (``training/rollout_probs_diff_*``).
+  Samples are **reproducible**: each is drawn from its own seed (:func:`.sampler.sequence_seed`) of the
+  rollout seed (``rollout.seed``), the prompt's token ids and the sample's index. verl's agent loop does
+  not send that index, so the server numbers the requests for the same prompt (and sampling settings)
+  since the last weight update, in verl's batch order within a wave of requests (the ``priority`` verl gives
+  each sample, its row in the step's batch), not in arrival order. The same run twice gives the same
+  rollouts, and a prompt's samples do not change with the other prompts of its batch. One limit: when the
+  agent loop sends a prompt's n requests in two waves (more than the batch window apart), the n samples are
+  still the same, but which of the prompt's rows gets which can differ (GRPO treats a group's samples alike:
+  the update changes only by float summation order). With several replicas the seed also names the replica (which samples of a
+  prompt each serves is verl's routing).
 - :class:`HFReplica`, registered in ``RolloutReplicaRegistry`` as ``hf``: launches one server per
   replica next to the training workers.
 - :class:`HFServerAdapter`, registered for ``(hf, async)``: receives the trainer's full weights after
@@ -24,6 +34,8 @@ import asyncio
 import logging
 import os
 import time
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Generator, Optional
 
 import ray
@@ -33,7 +45,7 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from verl_isocompute.training.names import ROLLOUT_NAME
 
-from .sampler import BatchSampler, SamplingParams
+from .sampler import BatchSampler, SamplingParams, sequence_seed
 from .threads import cpu_threads
 
 logger = logging.getLogger(__name__)
@@ -51,6 +63,15 @@ def server_actor_name(replica_rank: int, role_suffix: str = "", name_suffix: str
     under this name and the training worker's adapter looks it up by it. ``role_suffix`` is ``_reward`` /
     ``_teacher`` for those models' replicas, ``name_suffix`` verl's per-manager suffix."""
     return f"{ROLLOUT_NAME}_server{role_suffix}_{replica_rank}_{node_rank}{name_suffix}"
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    params: SamplingParams
+    future: asyncio.Future
+    priority: int  # the sample's row in verl's batch: orders a prompt's samples
+    seed: int = 0  # set when its wave is numbered
 
 
 def _torch_dtype(name: str) -> torch.dtype:
@@ -92,10 +113,11 @@ class HFRolloutServer:
             raise ValueError(f"model at {path} defines no end-of-sequence token; the hf rollout needs one to stop")
         pad = getattr(tokenizer, "pad_token_id", None)
         self.sampler = BatchSampler(self.model, sorted(eos), pad if pad is not None else min(eos))
-        self.generator = torch.Generator().manual_seed(int(seed) + 7919 * int(replica_rank))
+        self.seed = int(seed) + 7919 * int(replica_rank)
+        self._samples_of: Counter = Counter()  # requests per (prompt, sampling settings) since the last weight update
         self.max_model_len = int(config.max_model_len or (config.prompt_length + config.response_length))
         self.max_num_seqs = int(config.max_num_seqs or 1024)
-        self._pending: list[tuple[list[int], SamplingParams, asyncio.Future]] = []
+        self._pending: list[_Request] = []
         self._batcher: Optional[asyncio.Task] = None
         self._weights_lock = asyncio.Lock()
         self.stats = {"batches": 0, "sequences": 0, "tokens": 0, "seconds": 0.0}
@@ -136,7 +158,7 @@ class HFRolloutServer:
             ignore_eos=bool(sp.get("ignore_eos", False)),
         )
         future = asyncio.get_running_loop().create_future()
-        self._pending.append((prompt_ids, params, future))
+        self._pending.append(_Request(prompt_ids, params, future, int(priority)))
         if self._batcher is None or self._batcher.done():
             self._batcher = asyncio.create_task(self._run_batches())
         out = await future
@@ -154,34 +176,38 @@ class HFRolloutServer:
             while seen != len(self._pending):
                 seen = len(self._pending)
                 await asyncio.sleep(BATCH_WINDOW_S)
-            taken, self._pending = self._pending, []
+            taken, self._pending = sorted(self._pending, key=lambda r: r.priority), []
             groups: dict[tuple, list] = {}
-            for item in taken:
-                groups.setdefault(item[1].group_key, []).append(item)
+            for request in taken:
+                key = (tuple(request.prompt_ids), request.params)
+                request.seed = sequence_seed(self.seed, request.prompt_ids, self._samples_of[key])
+                self._samples_of[key] += 1
+                groups.setdefault(request.params.group_key, []).append(request)
             for items in groups.values():
                 for start in range(0, len(items), self.max_num_seqs):
                     await self._sample(items[start : start + self.max_num_seqs])
 
-    async def _sample(self, items: list) -> None:
-        prompts = [p for p, _, _ in items]
-        params = items[0][1]
-        limits = [sp.max_tokens for _, sp, _ in items]
+    async def _sample(self, items: list[_Request]) -> None:
+        prompts = [r.prompt_ids for r in items]
+        limits = [r.params.max_tokens for r in items]
         try:
             async with self._weights_lock:
                 t0 = time.perf_counter()
-                outs = await asyncio.to_thread(self.sampler.generate, prompts, params, limits, self.generator)
+                outs = await asyncio.to_thread(
+                    self.sampler.generate, prompts, items[0].params, limits, [r.seed for r in items]
+                )
                 self.stats["seconds"] += time.perf_counter() - t0
         except Exception as exc:  # hand the failure to every waiting request instead of hanging them
-            for _, _, fut in items:
-                if not fut.done():
-                    fut.set_exception(exc)
+            for request in items:
+                if not request.future.done():
+                    request.future.set_exception(exc)
             return
         self.stats["batches"] += 1
         self.stats["sequences"] += len(outs)
         self.stats["tokens"] += sum(len(o.token_ids) for o in outs)
-        for (_, _, fut), out in zip(items, outs, strict=True):
-            if not fut.done():
-                fut.set_result(out)
+        for request, out in zip(items, outs, strict=True):
+            if not request.future.done():
+                request.future.set_result(out)
 
     # -- weights ---------------------------------------------------------------------------------------
     async def update_weights(self, state_dict: dict[str, torch.Tensor], global_steps: Optional[int] = None) -> int:
@@ -194,6 +220,7 @@ class HFRolloutServer:
             missing = [k for k in result.missing_keys if k not in tied and not k.endswith("lm_head.weight")]
             if missing:
                 raise ValueError(f"trainer weights lack rollout parameters: {missing[:5]}")
+            self._samples_of.clear()  # new weights: a prompt's samples are numbered from 0 again
         if global_steps is not None:
             self.global_steps = global_steps
         return len(state_dict)

@@ -6,6 +6,14 @@ its own stop rule (end-of-sequence token or its own ``max_tokens``); the batch e
 stopped. This is what ``model.generate`` does, without its per-step generality, and it also returns
 the log-probability of every sampled token, which ``generate`` does not give cheaply.
 
+Reproducible samples. A sample's random draws depend only on its own seed (:func:`sequence_seed`: the
+rollout seed, the prompt's token ids and the sample's index among the requests for that prompt), never on
+which other prompts share its batch or in which order requests arrived: each row gets its own generator and
+draws one uniform number per token (all of them up front, as many as its own ``max_tokens``), and the token
+is the one where that number falls in the cumulative distribution (inverse-CDF sampling, exact for the
+filtered softmax). Only the logits depend on the batch, through the float rounding of padded matmuls: a
+draw that falls within that rounding of a boundary between two tokens could differ.
+
 Log-probabilities follow verl's trainer exactly, so that the rollout / trainer mismatch verl reports
 (``training/rollout_probs_diff_*``) measures numerics only: the log-prob of the sampled token under
 ``log_softmax(logits / temperature)`` over the full vocabulary, i.e. before top-k / top-p truncation
@@ -15,6 +23,8 @@ logits.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -58,8 +68,34 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch
     return logits
 
 
-def _sample(scaled: torch.Tensor, top_k: int, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
-    """Draw one token per row from softmax(scaled) restricted by top-k / top-p.
+def sequence_seed(seed: int, prompt_ids: Sequence[int], index: int) -> int:
+    """The seed of one sample's random draws: a hash of the rollout seed, the prompt's token ids and the
+    sample's index among the samples of that prompt (0 .. n-1), so the same three give the same sample."""
+    blob = b"%d|%s|%d" % (int(seed), ",".join(map(str, prompt_ids)).encode(), int(index))
+    return int.from_bytes(hashlib.sha256(blob).digest()[:8], "little") >> 1  # torch takes seeds below 2**63
+
+
+def _uniforms(seeds: Sequence[int] | None, limits: list[int], steps: int) -> torch.Tensor:
+    """(batch, steps) uniform draws in [0, 1): row i from its own generator seeded ``seeds[i]``, as many as its
+    own limit (so the draws never depend on the batch's longest limit); torch's global generator without seeds."""
+    if seeds is None:
+        return torch.rand(len(limits), steps)
+    draws = torch.zeros(len(limits), steps)
+    for i, (seed, limit) in enumerate(zip(seeds, limits, strict=True)):
+        draws[i, :limit] = torch.rand(limit, generator=torch.Generator().manual_seed(int(seed)))
+    return draws
+
+
+def _inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Per row, the token whose cumulative probability interval holds ``uniform`` (a token of probability 0
+    is never picked)."""
+    cdf = probs.cumsum(dim=-1)
+    target = (uniform.to(cdf.device) * cdf[:, -1]).unsqueeze(-1)  # scaled by the sum, which rounding leaves near 1
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
+
+
+def _sample(scaled: torch.Tensor, top_k: int, top_p: float, uniform: torch.Tensor) -> torch.Tensor:
+    """Draw one token per row from softmax(scaled) restricted by top-k / top-p, row i at ``uniform[i]``.
 
     With top-k set, the draw happens among the k best tokens only (gathered first), which gives the same
     distribution as masking the full vocabulary but sorts and samples k values instead of the vocabulary.
@@ -67,10 +103,10 @@ def _sample(scaled: torch.Tensor, top_k: int, top_p: float, generator: torch.Gen
     if top_k is not None and 0 < top_k < scaled.shape[-1]:
         values, indices = torch.topk(scaled, top_k, dim=-1)
         values = _filter_top_k_top_p(values, -1, top_p)
-        pick = torch.multinomial(torch.softmax(values, dim=-1), 1, generator=generator)
-        return indices.gather(-1, pick).squeeze(-1)
+        pick = _inverse_cdf(torch.softmax(values, dim=-1), uniform)
+        return indices.gather(-1, pick[:, None]).squeeze(-1)
     filtered = _filter_top_k_top_p(scaled, -1, top_p)
-    return torch.multinomial(torch.softmax(filtered, dim=-1), 1, generator=generator).squeeze(-1)
+    return _inverse_cdf(torch.softmax(filtered, dim=-1), uniform)
 
 
 class BatchSampler:
@@ -87,9 +123,10 @@ class BatchSampler:
         prompts: list[list[int]],
         params: SamplingParams,
         max_tokens: list[int] | None = None,
-        generator: torch.Generator | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[SampleOutput]:
-        """Sample one continuation per prompt; all prompts share ``params`` except ``max_tokens``."""
+        """Sample one continuation per prompt; all prompts share ``params`` except ``max_tokens``. ``seeds``: one
+        per prompt (:func:`sequence_seed`), which alone decides that row's draws (the module docstring)."""
         if not prompts:
             return []
         limits = torch.tensor(max_tokens if max_tokens is not None else [params.max_tokens] * len(prompts))
@@ -124,6 +161,7 @@ class BatchSampler:
         hit_eos = torch.zeros(batch, dtype=torch.bool)
         eos = self.eos_token_ids.to(device)
         greedy = params.temperature <= 0
+        uniforms = None if greedy else _uniforms(seeds, limits.tolist(), steps)
 
         for step in range(steps):
             scaled = next_logits if greedy else next_logits / params.temperature
@@ -131,7 +169,7 @@ class BatchSampler:
             if greedy:
                 chosen = scaled.argmax(dim=-1)
             else:
-                chosen = _sample(scaled, params.top_k, params.top_p, generator)
+                chosen = _sample(scaled, params.top_k, params.top_p, uniforms[:, step])
             chosen_logp = log_probs.gather(-1, chosen[:, None]).squeeze(-1)
 
             active = ~done

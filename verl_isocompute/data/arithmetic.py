@@ -52,6 +52,9 @@ class ArithmeticConfig:
     allow_parentheses: bool = True
     prompt: str = "instruction"  # one of PROMPT_STYLES
     task: str = "basic_arithmetic"  # one of TASKS (products: operators and allow_parentheses do not apply)
+    # True: no two problems share their answer-determining fact (reorderings, x1 / +0 variants), and none is
+    # trivial (a factor 0, one operand left): data/facts.py. The generator draws until it has enough.
+    distinct_facts: bool = False
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -69,21 +72,43 @@ class ArithmeticConfig:
             extra = f"-o{ops}-p{int(self.allow_parentheses)}-{self.prompt}"
         if self.task != TASKS[0]:
             extra = f"-{self.task}-{self.prompt}"
+        if self.distinct_facts:
+            extra += "-facts"
         return (
             f"arith-s{self.seed}-t{self.min_terms}{self.max_terms}-d{self.min_digits}{self.max_digits}"
             f"-{self.train_size}-{self.val_size}{extra}"
         )
 
 
+# distinct_facts draws this many times the problems asked for, once: a space with fewer facts is an error.
+DISTINCT_FACTS_OVERDRAW = 8
+
+
 def _problems(spec: ArithmeticConfig, size: int | None = None) -> list[dict]:
     import reasoning_gym
 
-    settings = dict(size=size or spec.train_size + spec.val_size, seed=spec.seed, min_terms=spec.min_terms,
-                    max_terms=spec.max_terms, min_digits=spec.min_digits, max_digits=spec.max_digits)
+    size = size or spec.train_size + spec.val_size
+    settings = dict(size=size * (DISTINCT_FACTS_OVERDRAW if spec.distinct_facts else 1), seed=spec.seed,
+                    min_terms=spec.min_terms, max_terms=spec.max_terms, min_digits=spec.min_digits,
+                    max_digits=spec.max_digits)
     if spec.task == "basic_arithmetic":  # the products generator has no operators or brackets
         settings.update(operators=tuple(spec.operators), allow_parentheses=spec.allow_parentheses)
     dataset = reasoning_gym.create_dataset(spec.task, **settings)
-    return [{"question": item["question"], "answer": str(item["answer"])} for item in dataset]
+    problems = [{"question": item["question"], "answer": str(item["answer"])} for item in dataset]
+    if not spec.distinct_facts:
+        return problems
+    import pandas as pd
+
+    from verl_isocompute.data.facts import first_of_each_fact
+
+    distinct = first_of_each_fact(pd.DataFrame(problems)).head(size)
+    if len(distinct) < size:
+        raise ValueError(
+            f"isocompute.data.distinct_facts: {spec.task} with {spec.min_terms}-{spec.max_terms} terms of "
+            f"{spec.min_digits}-{spec.max_digits} digits gave {len(distinct)} problems with distinct non-trivial "
+            f"facts, {size} wanted: ask for fewer problems or allow more digits or terms"
+        )
+    return distinct[["question", "answer"]].to_dict("records")
 
 
 def chat_prompt(question: str, style: str = "instruction") -> list[dict]:

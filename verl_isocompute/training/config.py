@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl_isocompute import _compat, verl_keys
 from verl_isocompute.errors import IsoComputeError
-from verl_isocompute.training import resolvers
+from verl_isocompute.training import answers, resolvers
 from verl_isocompute.training.adaptive_config import check_adaptive
 from verl_isocompute.training.conf import select
 from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
@@ -248,11 +248,12 @@ def check_config(cfg: DictConfig) -> list[str]:
         for key in (*resolvers.ALLOCATION_KEYS.values(), f"{resolvers.OPTIM}.lr", f"{resolvers.OPTIM}.lr_warmup_steps"):
             select(cfg, key)
         check_reuse(cfg)
+        answers.answer_mode(select(cfg, answers.REWARD_KWARG), None)  # a known value, before verl's reward workers start
     except RecipeError:
         raise
     except InterpolationResolutionError as exc:
         raise _resolver_error(exc) from None
-    except ValueError as exc:  # the reuse check's, the schedule's and per-prompt n's
+    except ValueError as exc:  # the reuse check's, the schedule's, per-prompt n's and the reward setting's
         raise RecipeError(str(exc)) from None
     return [notice] if notice else []
 

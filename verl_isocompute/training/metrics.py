@@ -131,6 +131,7 @@ def validation_samples(
     acc: Iterable[float],
     expected_counts: Mapping[tuple[str, str], int] | None = None,
     default_n: int | None = None,
+    extra: Mapping[str, Iterable[Any]] | None = None,
 ) -> tuple[pd.DataFrame, int]:
     """One row per validation sample, with every failed sample present as a wrong one.
 
@@ -140,6 +141,8 @@ def validation_samples(
             for that problem, for every problem submitted (also those whose samples all failed).
         default_n: without ``expected_counts``, the samples requested per problem that came back
             (``rollout.val_kwargs.n``).
+        extra: more columns, one entry per sample that came back (e.g. the reward's format diagnostics); a
+            failed sample's are missing (NaN).
 
     Returns:
         (the samples, columns ``uid``, ``data_source``, ``acc``; the number of failed samples added as acc 0).
@@ -148,6 +151,7 @@ def validation_samples(
         "uid": [str(u) for u in sample_uids],
         "data_source": [str(d) for d in data_sources],
         "acc": [float(a) for a in acc],
+        **{name: list(values) for name, values in (extra or {}).items()},
     })
     seen = frame.groupby(["data_source", "uid"], sort=False).size()
     if expected_counts is None:

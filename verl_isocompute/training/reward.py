@@ -7,6 +7,8 @@ Use it as verl's custom reward::
     reward.custom_reward_function.path=pkg://verl_isocompute.training.reward
     reward.custom_reward_function.name=compute_score
 
+On our generated arithmetic the answer must be the number itself instead (:mod:`verl_isocompute.training.answers`).
+
 Extraction: what reaches the verifier. Only the answer expression is verified against the ground truth;
 no reasoning text reaches sympy (math-verify pulls numbers out of prose: handed "7 but I made an error,
 the answer: it is 6" it scores 6 correct).
@@ -36,6 +38,8 @@ the answer: it is 6" it scores 6 correct).
      ``"the answer is therefore 6"``), when a plain word is glued to the math (``"2xy"``,
      ``"42 (rounded)"``: cutting there would change the answer; such answers need a box or math
      delimiters), or when what is left is unfinished (``"5 + half"`` leaves ``5 +``; a bracket left open).
+4. Else, when the whole response is one number (``"12"``, ``"-3.5."``), that number: a response that is only
+   the result obeys a prompt such as reasoning-gym's "Give only the result as your final answer".
 
 Why a worker process. verl calls a synchronous reward function from a thread pool. math-verify bounds
 its time with ``signal.alarm``, which works only on the main thread (off it every call fails), and sympy
@@ -61,6 +65,8 @@ import sys
 import threading
 from multiprocessing.connection import Connection
 from typing import Any
+
+from verl_isocompute.training import answers
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +155,8 @@ def _answer_expression(candidate: str, delimited: bool) -> str:
 
 def extract_answer(solution_str: str) -> str:
     """The final answer in a model output ("" if there is none): last ``\\boxed{}``, else what follows the
-    last answer marker if it is an answer expression (see the module docstring)."""
+    last answer marker if it is an answer expression, else the response if it is one number (see the module
+    docstring)."""
     boxed = _last_boxed(solution_str)
     if boxed is not None:
         return boxed.strip()
@@ -157,7 +164,7 @@ def extract_answer(solution_str: str) -> str:
     for last in _ANSWER_MARKER.finditer(solution_str):
         pass
     if last is None:
-        return ""
+        return answers.bare_number(solution_str) or ""
     rest = solution_str[last.end() :]
     span = _MATH_SPAN.match(rest)
     if span:
@@ -372,17 +379,21 @@ def compute_score(
     ground_truth: Any,
     extra_info: dict | None = None,
     timeout_seconds: float | None = None,
+    answer: str | None = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """verl's ``reward.custom_reward_function`` entry point: 1.0 if the final answer is right, else 0.0.
 
     verl calls it as ``fn(data_source=, solution_str=, ground_truth=, extra_info=, **reward_kwargs)`` from a
-    thread pool; ``timeout_seconds`` (default :data:`TIMEOUT_SECONDS`) can come from ``reward_kwargs``.
-    Other keywords verl may add (e.g. ``reward_router_address``) are ignored.
-
-    Returns ``{"score": float, "acc": bool, "pred": str}`` (the keys of verl's DAPO math reward); ``pred``
-    is the extracted answer, "" if none was found.
+    thread pool; ``timeout_seconds`` (default :data:`TIMEOUT_SECONDS`) and ``answer`` (``isocompute.reward.answer``:
+    :func:`verl_isocompute.training.answers.answer_mode`) come from ``reward_kwargs``; other keywords are ignored.
+    Returns ``score``, ``acc``, ``pred`` (the extracted answer, "" if none: the keys of verl's DAPO math reward)
+    and the format diagnostics of :func:`verl_isocompute.training.answers.diagnostics`.
     """
-    pred = extract_answer(solution_str or "")
-    correct = verify_answer(pred, ground_truth, timeout_seconds)
-    return {"score": float(correct), "acc": correct, "pred": pred}
+    pred, gold = extract_answer(solution_str or ""), _normalise_ground_truth(ground_truth)
+    if answers.answer_mode(answer, data_source) == answers.LITERAL:
+        correct = answers.literal_correct(pred, gold)
+    else:
+        correct = verify_answer(pred, gold, timeout_seconds)
+    return {"score": float(correct), "acc": correct, "pred": pred,
+            **answers.diagnostics(pred, solution_str or "", gold, extra_info)}

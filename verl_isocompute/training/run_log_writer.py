@@ -79,6 +79,9 @@ class RunLogWriterMixin:
             # B of the LR rule: rollouts per step that enter the gradient (n_train per problem when decoupled)
             "lr_batch_rollouts": rule_batch_rollouts(self.b_problem, n, self.n_train) if rule else None,
             "val_n": cfg.actor_rollout_ref.rollout.val_kwargs.n,
+            # what a rollout's samples depend on: its dtype (the trainer's too on the CPU platform) and seed
+            "rollout_dtype": OmegaConf.select(cfg, "actor_rollout_ref.rollout.dtype", default=None),
+            "rollout_seed": OmegaConf.select(cfg, "actor_rollout_ref.rollout.seed", default=None),
             **({GUIDANCE_SPEND: guided_mixture.spend.as_json(self.guidance_spend), "spend_problems": self.spend_problems}
                if self.with_guidance else {}),
             **self._mixture(),

@@ -23,8 +23,9 @@ On top of ``PPOTrainerSync`` it:
   groups that reached the update: a lower bound when groups were evicted);
 - computes validation avg@k / best@k / worst@k with the unbiased combinatorial estimators, a failed
   validation sample counting as a wrong one (:mod:`verl_isocompute.training.metrics`), overall and per data
-  source, and the per-problem training pass-rate distribution of each epoch (the paper's interference
-  diagnostic);
+  source, with our reward also the rates that tell answer format from skill and per-problem counts in
+  ``validation_problems.jsonl`` (:mod:`verl_isocompute.training.format_metrics`), and the per-problem training
+  pass-rate distribution of each epoch (the paper's interference diagnostic);
 - on a guided dataset (rows marked ``extra_info.guided``, docs/GUIDED.md), logs the training accuracy of
   guided and unguided rows apart, and per placement when both are in a step
   (:func:`verl_isocompute.guided.metrics.guided_metrics`); checks every step that each assistant-placed
@@ -56,7 +57,15 @@ from verl_isocompute.guided import check as guided_check
 from verl_isocompute.guided import mixture as guided_mixture
 from verl_isocompute.guided import training_set as guided_training_set
 from verl_isocompute.guided.metrics import guided_metrics
-from verl_isocompute.runlog import PREFIX_CHECK_TIMING, VAL_PREFIX, VERL_METRICS, RunLogWriter, metric_key
+from verl_isocompute.runlog import (
+    PREFIX_CHECK_TIMING,
+    VAL_PREFIX,
+    VERL_METRICS,
+    RunLogWriter,
+    ValidationProblemsWriter,
+    metric_key,
+)
+from verl_isocompute.training import format_metrics
 from verl_isocompute.training import metrics as iso_metrics
 from verl_isocompute.training.adaptive_trainer import AdaptiveTrainerMixin
 from verl_isocompute.training.advantage import estimator_context
@@ -104,6 +113,7 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunLogWriterMixin, PhaseAnnouncer,
         if "VERL_FILE_LOGGER_ROOT" not in os.environ:
             os.environ.setdefault("VERL_FILE_LOGGER_PATH", str(run_dir / VERL_METRICS))
         self.run_log = RunLogWriter(run_dir)
+        self.val_problems = ValidationProblemsWriter(run_dir)
         self._prepare_guided(config)
         self.compute = ComputeCounter()
         self._step_info: dict = {}
@@ -166,6 +176,7 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunLogWriterMixin, PhaseAnnouncer,
         # verl has loaded its checkpoint (or none): a resume or a new run, by what it loaded
         self._metrics_history = start_attempt(self.config, self.run_log.path.parent, self.global_steps)
         last = self.run_log.resume(self.global_steps)
+        self.val_problems.resume(self.global_steps)
         if notice := missing_step_notice(last, self.global_steps, self.b_problem * self.n):
             print(notice, flush=True)
         self.compute = ComputeCounter(last["rollouts"], last["tokens"]) if last else ComputeCounter()
@@ -296,9 +307,13 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunLogWriterMixin, PhaseAnnouncer,
             sample_uids, data_sources,
             [float(iso_metrics.is_correct(s, a)) for a, s in zip(acc, scores, strict=True)],
             expected_counts=expected_acc_counts, default_n=k,
+            extra={key: values for key, values in reward_extra_infos_dict.items() if key in format_metrics.REWARD_KEYS},
         )
         self._val_info = iso_metrics.validation_metrics(samples, k=k, prefix=VAL_PREFIX)
         self._val_info[f"{VAL_PREFIX}/failed_samples"] = failed
+        if format_metrics.has_flags(samples):  # our reward's format diagnostics: format or skill (docs/EVIDENCE.md)
+            self._val_info.update(format_metrics.format_metrics(samples, prefix=VAL_PREFIX))
+            self.val_problems.append(format_metrics.problem_counts(samples, self.global_steps))
         metric_dict.update(self._val_info)
         return metric_dict
 

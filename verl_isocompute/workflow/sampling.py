@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from verl_isocompute.training import answers
+
 
 def model_overrides(model: str | None) -> list[str]:
     """The recipe overrides of ``--model`` (curation, the prefix search): a built-in name (tiny, smollm2) or a
@@ -54,6 +56,8 @@ def sampling_identity(cfg, k: int) -> dict[str, Any]:
         "temperature": float(rollout.temperature), "top_p": float(rollout.top_p), "top_k": int(rollout.top_k),
         "max_response_length": int(rollout.response_length),
         "reward": f"{reward.get('path')}:{reward.get('name')}" if reward.get("path") else "verl_isocompute.training.reward:compute_score",
+        # how our reward grades (isocompute.reward.answer): samples scored under another grading are not comparable
+        "reward_answer": str((reward.get("reward_kwargs") or {}).get("answer") or answers.AUTO),
     }
 
 
