@@ -53,15 +53,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verl_isocompute import verl_keys
-from verl_isocompute.training.conf import files, select
-from verl_isocompute.training.names import PLATFORM_NAME
+from verl_isocompute.training.conf import files, flag, select
+from verl_isocompute.training.names import DATA_SOURCES, PLATFORM_NAME
 
 LAUNCH_DIR_ENV = "ISOCOMPUTE_LAUNCH_DIR"
 # True in ``python -m verl_isocompute.main``, which sets VERL_PLATFORM itself for the CPU platform (verl's main_ppo
 # cannot: it has imported verl before it reads the config).
 ENTRY_SETS_PLATFORM = False
 OPTIM = "actor_rollout_ref.actor.optim"
-DATA_SOURCES = ("arithmetic", "worked")  # generated sets of isocompute.data.source (files: the user's own)
 # The verl key each ${isocompute.allocation:KEY,...} interpolation stands for.
 ALLOCATION_KEYS = {
     "n": verl_keys.N,
@@ -86,7 +85,7 @@ def dataset_size(cfg: DictConfig) -> int:
 
 
 def allocation_enabled(cfg: DictConfig) -> bool:
-    return bool(select(cfg, "isocompute.allocation.enable", default=False))
+    return flag(cfg, "isocompute.allocation.enable")
 
 
 def allocation(cfg: DictConfig):
@@ -246,12 +245,9 @@ def _data_file(split: str, _root_: DictConfig) -> str:
     from verl_isocompute.data.worked import WorkedConfig, write_worked_dataset
 
     spec_cls, write = (ArithmeticConfig, write_arithmetic_dataset) if source == "arithmetic" else (WorkedConfig, write_worked_dataset)
+    # keys typed by the schema (training/schema.py); the other source's keys are ignored
     block = OmegaConf.to_container(_root_.isocompute.data, resolve=True)
-    known = {f.name for cls in (ArithmeticConfig, WorkedConfig) for f in fields(cls)}  # the other source's keys are ignored
-    unknown = sorted(set(block) - known - {"source"})
-    if unknown:
-        raise ValueError(f"isocompute.data: unknown key(s) {unknown} for the generated sets; known: {', '.join(sorted(known))}")
-    spec = spec_cls(**{k: v for k, v in block.items() if k in {f.name for f in fields(spec_cls)}})
+    spec = spec_cls(**{k: v for k, v in block.items() if k in {f.name for f in fields(spec_cls)} and v is not None})
     train, val = write(cache_dir() / "data" / spec.name, spec)
     return str(train if split == "train" else val)
 
@@ -259,7 +255,7 @@ def _data_file(split: str, _root_: DictConfig) -> str:
 def _when_guided(unguided: Any, guided: Any, *, _root_: DictConfig) -> Any:
     """``unguided`` or, when ``isocompute.guided.enable`` is true, ``guided``: for an overlay whose sizes suit its
     own data (the CPU overlay's prompt length and generated set) but not a guided recipe's longer prompts."""
-    return guided if select(_root_, "isocompute.guided.enable") else unguided
+    return guided if flag(_root_, "isocompute.guided.enable") else unguided
 
 
 def _device(_root_: DictConfig) -> str:
