@@ -183,7 +183,7 @@ def check_allocation_keys(cfg: DictConfig, chosen) -> None:
         raise AllocationError(
             f"{CONFIG_PATH}.enable=true decides these keys, but the config or the command line sets them: "
             f"{'; '.join(conflicts)}. Drop those settings, or set {CONFIG_PATH}.enable=false"
-            + (" (override_user applies to the Python hook apply_allocation only)" if select(cfg, f"{CONFIG_PATH}.override_user") else "")
+            + (" (override_user applies to the Python hook apply_allocation only)" if flag(cfg, f"{CONFIG_PATH}.override_user") else "")
         )
 
 
@@ -245,9 +245,11 @@ def _data_file(split: str, _root_: DictConfig) -> str:
     from verl_isocompute.data.worked import WorkedConfig, write_worked_dataset
 
     spec_cls, write = (ArithmeticConfig, write_arithmetic_dataset) if source == "arithmetic" else (WorkedConfig, write_worked_dataset)
-    # keys typed by the schema (training/schema.py); the other source's keys are ignored
-    block = OmegaConf.to_container(_root_.isocompute.data, resolve=True)
-    spec = spec_cls(**{k: v for k, v in block.items() if k in {f.name for f in fields(spec_cls)} and v is not None})
+    from verl_isocompute.training.schema import DataSettings, check_block
+
+    # typed by the schema (allow_parentheses=off is False); unset keys: the generator's, the other source's: ignored
+    block = check_block(OmegaConf.to_container(_root_.isocompute.data, resolve=True), DataSettings, "isocompute.data")
+    spec = spec_cls(**{f.name: getattr(block, f.name) for f in fields(spec_cls) if getattr(block, f.name) is not None})
     train, val = write(cache_dir() / "data" / spec.name, spec)
     return str(train if split == "train" else val)
 
