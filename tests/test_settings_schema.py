@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import types
 from pathlib import Path
 from typing import Union, get_args, get_origin
 
@@ -24,7 +25,7 @@ BLOCKS = sorted({key.rsplit(".", 1)[0] for key, _, _ in LEAVES})
 
 def _base(tp):
     """The type a field's values have: X of X | None, the item type of a list."""
-    if get_origin(tp) in (Union, __import__("types").UnionType):
+    if get_origin(tp) in (Union, types.UnionType):
         members = [t for t in get_args(tp) if t is not type(None)]
         scalars = [t for t in members if get_origin(t) is not tuple]
         tp = scalars[0] if scalars else members[0]

@@ -3,9 +3,10 @@ help text, and a command's argparse options are built from the fields, so neithe
 
 :func:`setting` declares a field (``default`` or ``default_factory``, ``help``); :func:`add_setting` adds the
 command-line option of one field, taking its default and help from the dataclass (``_`` becomes ``-`` in the
-flag). A field may also declare its limits (``minimum``, ``choices``, ...), which the config schema checks
-(:mod:`verl_isocompute.training.schema`). A default that is not None or a bool is shown as ``(default X)``; ``default_help`` replaces that with
-words (``"default: the recipe's"``). Pure: no third-party import.
+flag). A default that is not None or a bool is shown as ``(default X)``; ``default_help`` replaces that with
+words (``"default: the recipe's"``). A field may also declare the values a config may give it (``minimum``,
+``choices``, ...: :data:`LIMITS`), which the config schema checks (:mod:`verl_isocompute.training.schema`).
+Pure: no third-party import.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ tree of frozen dataclasses, :class:`IsoComputeSettings` at the root, one class p
 is :class:`~verl_isocompute.scaling.allocation.AllocationConfig`, the guided one extends
 :class:`~verl_isocompute.guided.mixture.GuideConfig`: each block is declared once, where its rule lives).
 Each field is declared with :func:`verl_isocompute.settings.setting`: its default, its help text and its limits
-(``minimum`` / ``maximum``, ``above`` / ``below`` exclusive, ``choices``). Adding a key is one such line.
+(``minimum`` / ``maximum``, ``above`` / ``below`` exclusive, ``choices``). Adding a key is one such line in its
+block (a new block: its class, and one ``_block(...)`` line in :class:`IsoComputeSettings`); the check, the
+typed settings and the tests' tables (tests/test_settings_schema.py) follow from it.
 
 :func:`check_settings` resolves the block of a composed config and reads it against the tree:
 
@@ -22,7 +24,9 @@ block (a budget against B_problem, ``n_train`` against ``rollout.n``, the estima
 rollout) are made by :func:`verl_isocompute.training.config.check_config`, which calls this check first: our
 entry point, verl's ``main_ppo`` (the hydra callback of :mod:`verl_isocompute.training.preflight`),
 ``isocompute sweep`` (every cell, ``--dry-run`` too) and the bench scripts
-(:func:`verl_isocompute.workflow.sweep.preflight.check_run`) all pass through it.
+(:func:`verl_isocompute.workflow.sweep.preflight.check_run`) all pass through it. The code that uses the block
+reads it typed from here (the schedule and per-prompt n, the allocation, the generated set); a switch read on
+its own (a resolver, a hook) goes through :func:`verl_isocompute.training.conf.flag`, the same YAML reading.
 """
 
 from __future__ import annotations
@@ -157,6 +161,7 @@ class CpuSettings:
 
 
 def _block(cls: type) -> Any:
+    """A sub-block field: its defaults are the class's, its help the first line of the class's docstring."""
     return setting(default_factory=cls, help=(cls.__doc__ or "").split("\n", 1)[0])
 
 
@@ -262,6 +267,7 @@ def _value(key: str, value: Any, tp: Any, limits: dict[str, Any]) -> Any:
 
 
 def _number(key: str, value: Any, tp: type, limits: dict[str, Any]) -> int | float:
+    """``value`` as a finite int or float within ``limits`` (a whole number for ``int``), or a SettingsError."""
     number = yaml_number(value)  # YAML 1.1 reads 1e6 (no dot) as a string
     if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
         raise SettingsError(f"{key}={value!r}: use {_expected(tp, limits)}")
@@ -278,7 +284,7 @@ def _number(key: str, value: Any, tp: type, limits: dict[str, Any]) -> int | flo
 
 
 def _expected(tp: Any, limits: dict[str, Any]) -> str:
-    """What a field takes, in words: "a whole number >= 2", "a finite number in [0, 0.5)", "one of a, b"."""
+    """What a field takes, in words: "a whole number >= 2", "a finite number >= 0 and < 0.5", "one of a, b"."""
     if "choices" in limits:
         return f"one of {', '.join(limits['choices'])}"
     if tp is str:
