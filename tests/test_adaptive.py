@@ -131,8 +131,8 @@ def curve_file(tmp_path):
     (["actor_rollout_ref.actor.optim.lr=1e-3"], "sets the lr of each step from isocompute.lr"),
     (["isocompute.per_prompt_n.enable=true", "isocompute.per_prompt_n.n_min=3"], "must bracket every step's n"),
     (["trainer.v1.trainer_mode=sync"], r"applied by the isocompute trainer only: .*`\+isocompute=\[lr_rule,run_log,schedule\]`"),
-    (["isocompute.schedule.margin=0.7"], "margin must be in"),
-    (["+isocompute.schedule.budget=5"], "unknown key.*isocompute.schedule.budget;"),
+    (["isocompute.schedule.margin=0.7"], r"isocompute.schedule.margin=0.7 is out of range: .*< 0.5"),
+    (["+isocompute.schedule.budget=5"], "unknown key isocompute.schedule.budget: did you mean isocompute.schedule.budget_rollouts"),
 ])
 def test_settings_the_trainer_cannot_honour_are_one_line_each(curve_file, extra, words):
     from verl_isocompute.training.config import RecipeError, check_config

@@ -37,7 +37,7 @@ def _plan(overrides=(), **changes):
 SWEEP_ROWS = [
     ("warm-up schedule key", _plan(["actor_rollout_ref.actor.optim.lr_scheduler_type=constant"]),
      "optim.lr_scheduler_type=constant: the isocompute trainer runs update k", True),
-    ("unknown lr rule", _plan(["isocompute.lr.rule=cube"]), "isocompute.lr: unknown lr rule 'cube'", True),
+    ("unknown lr rule", _plan(["isocompute.lr.rule=cube"]), "isocompute.lr.rule='cube': use one of sqrt, constant, linear", True),
     ("unknown zero-variance mode", _plan(["isocompute.zero_variance.mode=grups"]),
      "isocompute.zero_variance.mode='grups': use one of off, groups, regularizers", True),
     ("unknown estimator", _plan(["algorithm.adv_estimator=grpo_typo"]),

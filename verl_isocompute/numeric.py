@@ -8,6 +8,8 @@ lives here are the predicates and the one coercion they share:
   for the caller's check to name it.
 - ``True`` is an ``int`` to Python but never a number here; NaN and infinity are not numbers either.
 - A count written as an integral float (``6.5e4`` in YAML) counts as that integer.
+- A switch reads as YAML 1.1 reads it (:func:`yaml_bool`): hydra hands ``enable=off`` or ``enable='false'``
+  over as a string, whose Python truth is True, so a switch is never tested by its truth.
 
 Pure standard library.
 """
@@ -49,3 +51,20 @@ def as_count(value: Any, minimum: int = 1) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         return None
     return value
+
+
+# YAML 1.1's booleans (PyYAML reads them so in a file), with 1 / 0 as OmegaConf's BooleanNode takes them.
+_TRUE = frozenset({"true", "yes", "y", "on", "1"})
+_FALSE = frozenset({"false", "no", "n", "off", "0"})
+
+
+def yaml_bool(value: Any) -> bool:
+    """A switch as YAML reads it: a bool, 1 / 0, or one of true/false, yes/no, y/n, on/off, 1/0 in any case;
+    anything else is a ValueError (the caller names the key)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError("use true or false (YAML's yes / no, on / off read as such)")

@@ -4,7 +4,9 @@ help text, and a command's argparse options are built from the fields, so neithe
 :func:`setting` declares a field (``default`` or ``default_factory``, ``help``); :func:`add_setting` adds the
 command-line option of one field, taking its default and help from the dataclass (``_`` becomes ``-`` in the
 flag). A default that is not None or a bool is shown as ``(default X)``; ``default_help`` replaces that with
-words (``"default: the recipe's"``). Pure: no third-party import.
+words (``"default: the recipe's"``). A field may also declare the values a config may give it (``minimum``,
+``choices``, ...: :data:`LIMITS`), which the config schema checks (:mod:`verl_isocompute.training.schema`).
+Pure: no third-party import.
 """
 
 from __future__ import annotations
@@ -14,10 +16,20 @@ from dataclasses import MISSING, Field, field, fields
 from typing import Any
 
 
-def setting(default: Any = MISSING, help: str = "", *, default_factory: Any = MISSING, default_help: str | None = None) -> Any:
+# The bounds and choices a field may declare (read by verl_isocompute.training.schema, which checks config values).
+LIMITS = ("minimum", "maximum", "above", "below", "choices")
+
+
+def setting(default: Any = MISSING, help: str = "", *, default_factory: Any = MISSING, default_help: str | None = None,
+            **limits: Any) -> Any:
     """A settings field with its help text (what it does, why the default); ``default_help`` says the default in
-    words where the value alone would mislead (None meaning "the recipe's")."""
-    metadata = {"help": help} if default_help is None else {"help": help, "default_help": default_help}
+    words where the value alone would mislead (None meaning "the recipe's"). ``limits``: the values a config may
+    give it, ``minimum`` / ``maximum`` (inclusive), ``above`` / ``below`` (exclusive) for numbers (each item of a
+    list), ``choices`` for words."""
+    unknown = set(limits) - set(LIMITS)
+    if unknown:
+        raise TypeError(f"setting() got unknown limit(s) {sorted(unknown)}; use {', '.join(LIMITS)}")
+    metadata = {"help": help, **limits} if default_help is None else {"help": help, "default_help": default_help, **limits}
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata=metadata)
     return field(default=default, metadata=metadata)

@@ -29,8 +29,20 @@ from pathlib import Path
 
 from verl_isocompute import _compat
 from verl_isocompute.guided import spend
-from verl_isocompute.guided.placement import ALL, ASSISTANT, FRACTION, SKIP, USER, GuidedDataset, guided_dataset
+from verl_isocompute.guided.placement import (
+    ALL,
+    ASSISTANT,
+    FRACTION,
+    ORIGINALS,
+    PLACEMENTS,
+    SKIP,
+    UNSEARCHED,
+    USER,
+    GuidedDataset,
+    guided_dataset,
+)
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION
+from verl_isocompute.numeric import yaml_bool
 from verl_isocompute.settings import setting
 from verl_isocompute.training.conf import files
 
@@ -53,13 +65,17 @@ class GuideConfig:
     placement: str | None = setting(
         None, "user: POPE's user-turn prefix (arXiv 2601.18779); assistant: PrefixRL's assistant-turn prefix "
         "(arXiv 2601.18795)", default_help="default user; assistant with traces; the search's own with prefixes",
+        choices=PLACEMENTS,
     )
-    ratio: float = setting(1.0, "share of the problems with a usable prefix to guide, in (0, 1]; POPE guides every hard problem")
+    ratio: float = setting(1.0, "share of the problems with a usable prefix to guide, in (0, 1]; POPE guides every hard problem",
+                           above=0, maximum=1)
     fraction: float = setting(
-        DEFAULT_MAX_FRACTION, "prefix length as a share of the solution's characters, cut at a line/sentence end"
+        DEFAULT_MAX_FRACTION, "prefix length as a share of the solution's characters, cut at a line/sentence end",
+        above=0, maximum=1,
     )
-    max_fraction: float = setting(DEFAULT_MAX_FRACTION, "cap on the prefix share; POPE keeps it around a quarter")
-    seed: int = setting(0, "which problems are guided when ratio < 1")
+    max_fraction: float = setting(DEFAULT_MAX_FRACTION, "cap on the prefix share; POPE keeps it around a quarter",
+                                  above=0, maximum=1)
+    seed: int = setting(0, "which problems are guided when ratio < 1", minimum=0)
     traces: str | None = setting(
         None, "cut the prefixes from the base model's correct responses that `isocompute curate --keep-correct --out "
         "CURATE_OUT` kept (PrefixRL; the shortest usable one per problem) instead of the solution key",
@@ -69,13 +85,14 @@ class GuideConfig:
         "prefix, problems without one are skipped", default_help="default: the fixed fraction",
     )
     copies: int = setting(1, "guided rows per guided problem, at evenly spread prefix lengths up to the fraction "
-                             "(PrefixRL varies the prefix length h; POPE: 1)")
+                             "(PrefixRL varies the prefix length h; POPE: 1)", minimum=1)
     originals: str = setting(ALL, "unguided originals kept: all, prefixed (only the guided problems': POPE's 1:1 over "
-                                  "the problems with a prefix), none (PrefixRL: prefixed problems only)")
+                                  "the problems with a prefix), none (PrefixRL: prefixed problems only)",
+                                  choices=ORIGINALS)
     cut: str = setting(TEXT, "with traces: text (cut at line / sentence ends) or tokens (the first h kept token ids of "
-                             "the trace; assistant placement)")
+                             "the trace; assistant placement)", choices=CUTS)
     unsearched: str = setting(SKIP, "with prefixes: a problem the search found no prefix for gets no guided copy (skip) "
-                                    "or one at the fixed fraction (fraction)")
+                                    "or one at the fixed fraction (fraction)", choices=UNSEARCHED)
 
     def build(self, frame) -> GuidedDataset:
         """The guided mixture of ``frame``. Placement ``None`` means: the prefix search's own placement with
@@ -210,7 +227,7 @@ def spend_locations(block: dict) -> list[str]:
     The one place that collects them."""
     value = block.get(SPEND) or []
     locations = [str(value)] if isinstance(value, (str, os.PathLike)) else [str(v) for v in value]
-    if block.get(ENABLE):
+    if yaml_bool(block.get(ENABLE, False)):
         for source in (block.get("traces"), block.get("prefixes")):
             if not source:
                 continue
@@ -277,13 +294,10 @@ def prepare_guided(cfg) -> GuidedDataset | None:
     ``solution_key`` is the usual cause: every row is then counted as ``missing``)."""
     from omegaconf import open_dict
 
-    block = guided_block(cfg)
-    if not block.get(ENABLE, False):
+    block = guided_block(cfg)  # its keys and types checked before Ray by the schema (training/schema.py)
+    if not yaml_bool(block.get(ENABLE, False)):
         return None
     known = {f.name for f in fields(GuideConfig)}
-    unknown = set(block) - known - {ENABLE, SPEND}
-    if unknown:
-        raise ValueError(f"isocompute.guided: unknown key(s) {sorted(unknown)}; known: {ENABLE}, {SPEND}, {', '.join(sorted(known))}")
     options = GuideConfig(**{k: v for k, v in block.items() if k in known})
     paths = files(cfg, "data.train_files")
     out = mixture_path(cfg)

@@ -55,6 +55,7 @@ from verl_isocompute.settings import help_text, setting
 from verl_isocompute.training.lr import (
     B_REF,
     BASE_LR,
+    RULES,
     WARMUP_STEPS,
     LRDecision,
     resolve_lr,
@@ -87,24 +88,25 @@ class AllocationConfig:
 
     enable: bool = setting(False, "let the block set n, B_problem, steps and lr (the hook does nothing unless true)")
     curve: str | None = setting(None, "curve.json from `isocompute fit`, or paper:<preset>")
-    budget_rollouts: float | None = setting(None, "sampling budget C in rollouts (exactly one of the two budgets)")
-    budget_tokens: float | None = setting(None, "sampling budget in generated tokens (needs mean_response_tokens)")
+    budget_rollouts: float | None = setting(None, "sampling budget C in rollouts (exactly one of the two budgets)", above=0)
+    budget_tokens: float | None = setting(None, "sampling budget in generated tokens (needs mean_response_tokens)", above=0)
     mean_response_tokens: float | None = setting(
-        None, "mean generated tokens per rollout (generated tokens / rollouts of a pilot run); needed whenever tokens are involved"
+        None, "mean generated tokens per rollout (generated tokens / rollouts of a pilot run); needed whenever tokens are involved",
+        above=0,
     )
-    b_max: int | None = setting(None, "most rollouts one step may take (hardware limit); unset: no cap")
-    b_problem: int = setting(32, "problems per step (the paper's fixed-B_problem setting)")
+    b_max: int | None = setting(None, "most rollouts one step may take (hardware limit); unset: no cap", minimum=1)
+    b_problem: int = setting(32, "problems per step (the paper's fixed-B_problem setting)", minimum=1)
     b_problem_floor: int | None = setting(
-        None, f"lowest b_problem before n is lowered; unset: min(b_problem, {B_PROBLEM_FLOOR}), 1 in fixed-batch mode"
+        None, f"lowest b_problem before n is lowered; unset: min(b_problem, {B_PROBLEM_FLOOR}), 1 in fixed-batch mode", minimum=1
     )
-    batch_rollouts: int | None = setting(None, "fixed-hardware-batch mode: B rollouts per step, b_problem = B // n")
-    dataset_size: int | None = setting(None, "training problems D, for epochs and trainer.total_epochs")
-    n_grid: tuple[int, ...] | None = setting(None, "allowed n values; unset: powers of two from 2")
-    min_steps: int = setting(1, "the budget must pay for at least this many steps")
-    base_lr: float = setting(BASE_LR, "LR rule: the learning rate at b_ref rollouts per step")
-    b_ref: float = setting(B_REF, "LR rule: the batch (rollouts per step) base_lr was tuned at")
-    lr_rule: str = setting("sqrt", "LR rule: sqrt | constant | linear")
-    warmup_steps: int = setting(WARMUP_STEPS, "LR rule: linear warm-up steps")
+    batch_rollouts: int | None = setting(None, "fixed-hardware-batch mode: B rollouts per step, b_problem = B // n", minimum=1)
+    dataset_size: int | None = setting(None, "training problems D, for epochs and trainer.total_epochs", minimum=1)
+    n_grid: tuple[int, ...] | None = setting(None, "allowed n values; unset: powers of two from 2", minimum=1)
+    min_steps: int = setting(1, "the budget must pay for at least this many steps", minimum=1)
+    base_lr: float = setting(BASE_LR, "LR rule: the learning rate at b_ref rollouts per step", above=0)
+    b_ref: float = setting(B_REF, "LR rule: the batch (rollouts per step) base_lr was tuned at", above=0)
+    lr_rule: str = setting("sqrt", "LR rule: sqrt | constant | linear", choices=RULES)
+    warmup_steps: int = setting(WARMUP_STEPS, "LR rule: linear warm-up steps", minimum=0)
     override_user: bool = setting(False, "let the allocation replace values given on the command line")
 
     @classmethod

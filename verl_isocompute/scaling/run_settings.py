@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from verl_isocompute import verl_keys
+from verl_isocompute.numeric import yaml_bool
 from verl_isocompute.runlog import metric_key
 from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.scaling.run_table import RunTable, positive_int
@@ -93,7 +94,7 @@ def _evaluate(config: dict, raw: Any, dotted: str, depth: int) -> tuple[Any, str
         return None, f"{dotted} is recorded as {raw!r}"
     name, args = call.group(1), _split_args(call.group(2))
     if name == "isocompute.allocation":
-        if _select(config, "isocompute.allocation.enable"):
+        if yaml_bool(_select(config, "isocompute.allocation.enable") or False):  # as the run read it
             return None, f"{dotted} is recorded as {raw!r}, decided by the allocation at run start"
         if len(args) < 2:
             return None, f"{dotted} is recorded as {raw!r} with the allocation off"

@@ -1,63 +1,54 @@
-"""The ``isocompute.schedule`` and ``isocompute.per_prompt_n`` blocks: read, checked, and built into :class:`AdaptiveN`.
+"""The ``isocompute.schedule`` and ``isocompute.per_prompt_n`` blocks: checked against the rest of the config, and
+built into :class:`AdaptiveN`.
 
 Both are off by default (the recipes' ``isocompute`` block; the pieces ``+isocompute=[schedule]`` and
-``+isocompute=[per_prompt_n]`` turn them on in any verl config). Keys (docs/SCALING.md, "Beyond one n"):
-
-``isocompute.schedule``: ``enable``; ``curve`` and ``budget_rollouts`` (null: the allocation block's);
-``n_grid`` (null: the curve's); ``margin`` (the hysteresis, in doublings); ``mean_response_tokens`` (for a
-curve fitted on tokens; null: the allocation block's). B_problem is ``data.train_batch_size``; the LR rule is
-the recipe's (``isocompute.lr``, or the allocation's settings when it is enabled).
-
-``isocompute.per_prompt_n``: ``enable``; ``n_min`` (>= 2), ``n_max`` (null: 4 x the step's n),
-``curation_weight`` (curation's avg@k counts as weight x k samples of the prior).
+``+isocompute=[per_prompt_n]`` turn them on in any verl config). Their keys, types, ranges and help
+(docs/SCALING.md, "Beyond one n") are the schema's (:class:`~verl_isocompute.training.schema.ScheduleSettings`,
+:class:`~verl_isocompute.training.schema.PerPromptSettings`), read through it here, so ``enable=off`` is off.
+B_problem is ``data.train_batch_size``; the LR rule is the recipe's (``isocompute.lr``, or the allocation's
+settings when it is enabled); a null curve, budget or token length is the allocation block's.
 
 What the trainer cannot honour is refused here with one line (:func:`check_adaptive`): another trainer
 (these blocks would be ignored), several mini-batches or epochs per step (verl sizes a mini-batch as
 ``ppo_mini_batch_size * rollout.n`` rows and would split a step whose groups differ in size), an lr set by
-hand under the schedule (it sets the lr each step), bounds that no step budget can meet.
+hand under the schedule (it sets the lr each step), bounds that no step budget can meet, a budget that pays
+for more than :data:`~verl_isocompute.scaling.allocation.MAX_STEPS` steps even at the grid's largest n (the
+allocation's and the sweep's bound: a slip in the budget's exponent, not a plan).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from verl_isocompute import verl_keys
 from verl_isocompute.errors import IsoComputeError
+from verl_isocompute.training import schema
 from verl_isocompute.training.adaptive import AdaptiveN, PerPromptSettings
 from verl_isocompute.training.conf import select
 from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, TRAINER
 
 SCHEDULE, PER_PROMPT = "isocompute.schedule", "isocompute.per_prompt_n"
-SCHEDULE_KEYS = ("enable", "curve", "budget_rollouts", "n_grid", "margin", "mean_response_tokens", "needs")
-PER_PROMPT_KEYS = ("enable", "n_min", "n_max", "curation_weight", "needs")
 
 
 class AdaptiveError(IsoComputeError, ValueError):
     """A schedule or per-prompt-n setting the run cannot honour; the message names the key and the fix."""
 
 
-def _block(cfg: DictConfig, path: str, keys: tuple[str, ...]) -> dict[str, Any] | None:
-    """The block at ``path`` when it is enabled (resolved, unknown keys refused), else None."""
-    node = select(cfg, path)
-    if node is None:
-        return None
-    if not OmegaConf.is_dict(node):
-        raise AdaptiveError(f"{path} must be a mapping with the keys {', '.join(keys[:-1])}")
-    block = OmegaConf.to_container(node, resolve=True)
-    unknown = sorted(set(block) - set(keys))
-    if unknown:
-        raise AdaptiveError(f"unknown key(s) {', '.join(f'{path}.{k}' for k in unknown)}; valid keys: {', '.join(keys[:-1])}")
-    return block if block.get("enable") else None
+def _blocks(cfg: DictConfig) -> tuple[schema.ScheduleSettings | None, schema.PerPromptSettings | None]:
+    """The schedule and per-prompt n blocks, typed and checked by the schema; None for one that is off."""
+    settings = schema.check_settings(cfg)
+    return (settings.schedule if settings.schedule.enable else None,
+            settings.per_prompt_n if settings.per_prompt_n.enable else None)
 
 
 def schedule_on(cfg: DictConfig) -> bool:
-    return _block(cfg, SCHEDULE, SCHEDULE_KEYS) is not None
+    return _blocks(cfg)[0] is not None
 
 
 def per_prompt_on(cfg: DictConfig) -> bool:
-    return _block(cfg, PER_PROMPT, PER_PROMPT_KEYS) is not None
+    return _blocks(cfg)[1] is not None
 
 
 def check_adaptive(cfg: DictConfig, lr_from_rule: Callable[[DictConfig], bool]) -> None:
@@ -66,8 +57,7 @@ def check_adaptive(cfg: DictConfig, lr_from_rule: Callable[[DictConfig], bool]) 
     ``lr_from_rule``: :func:`verl_isocompute.training.config.lr_from_rule` (whether ``optim.lr`` is the rule's),
     passed in because that module calls this one.
     """
-    schedule = _block(cfg, SCHEDULE, SCHEDULE_KEYS)
-    per_prompt = _block(cfg, PER_PROMPT, PER_PROMPT_KEYS)
+    schedule, per_prompt = _blocks(cfg)
     on = [path for path, block in ((SCHEDULE, schedule), (PER_PROMPT, per_prompt)) if block is not None]
     if not on:
         return
@@ -105,41 +95,47 @@ def _n_train(cfg: DictConfig) -> int | None:
 
 def build_adaptive(cfg: DictConfig) -> AdaptiveN | None:
     """The run's :class:`AdaptiveN`, or None when both blocks are off. Raises :class:`AdaptiveError`."""
+    from verl_isocompute.scaling.allocation import MAX_STEPS
     from verl_isocompute.scaling.curve import CurveError, load_curve
     from verl_isocompute.scaling.schedule import NSchedule, ScheduleError
     from verl_isocompute.training import resolvers
 
-    schedule_block = _block(cfg, SCHEDULE, SCHEDULE_KEYS)
-    per_prompt_block = _block(cfg, PER_PROMPT, PER_PROMPT_KEYS)
+    schedule_block, per_prompt_block = _blocks(cfg)
     if schedule_block is None and per_prompt_block is None:
         return None
     b_problem, n, n_train = int(select(cfg, verl_keys.B_PROBLEM)), int(select(cfg, verl_keys.N)), _n_train(cfg)
     schedule = None
     if schedule_block is not None:
-        curve = schedule_block.get("curve") or select(cfg, "isocompute.allocation.curve")
-        budget = schedule_block.get("budget_rollouts") or select(cfg, "isocompute.allocation.budget_rollouts")
-        tokens = schedule_block.get("mean_response_tokens") or select(cfg, "isocompute.allocation.mean_response_tokens")
-        if not curve or not budget:
+        allocation = schema.check_settings(cfg).allocation  # null in the schedule block: the allocation's
+        curve = allocation.curve if schedule_block.curve is None else schedule_block.curve
+        budget = allocation.budget_rollouts if schedule_block.budget_rollouts is None else schedule_block.budget_rollouts
+        tokens = (allocation.mean_response_tokens if schedule_block.mean_response_tokens is None
+                  else schedule_block.mean_response_tokens)
+        if curve is None or budget is None:
             raise AdaptiveError(f"{SCHEDULE}.enable=true needs a curve and a budget: set {SCHEDULE}.curve (a curve.json or "
                                 f"paper:<preset>) and {SCHEDULE}.budget_rollouts, or enable isocompute.allocation with them")
         decision = resolvers.lr_decision(cfg)
         try:
             schedule = NSchedule(
-                load_curve(curve), b_problem, budget, n_grid=schedule_block.get("n_grid"),
-                margin=schedule_block.get("margin", 0.1), mean_response_tokens=tokens, base_lr=decision.base_lr,
+                load_curve(curve), b_problem, budget, n_grid=schedule_block.n_grid,
+                margin=schedule_block.margin, mean_response_tokens=tokens, base_lr=decision.base_lr,
                 b_ref=decision.b_ref, lr_rule="constant" if decision.rule == "null" else decision.rule,
                 warmup_steps=decision.warmup_steps, n_train=n_train)
         except (CurveError, ScheduleError) as exc:
             raise AdaptiveError(f"{SCHEDULE}: {exc}") from None
+        largest = b_problem * schedule.grid[-1]
+        if schedule.budget_rollouts // largest > MAX_STEPS:
+            raise AdaptiveError(
+                f"{SCHEDULE}: a budget of {schedule.budget_rollouts:.3g} rollouts pays for at least "
+                f"{schedule.budget_rollouts // largest:.3g} steps of {largest:,} rollouts (b_problem {b_problem} x the "
+                f"grid's largest n {schedule.grid[-1]}), more than {MAX_STEPS:,}: check the budget (its exponent; "
+                "rollouts, not tokens?)")
     per_prompt = None
     if per_prompt_block is not None:
-        n_min, n_max = per_prompt_block.get("n_min", 2), per_prompt_block.get("n_max")
-        weight = per_prompt_block.get("curation_weight", 1.0)
-        if not (isinstance(n_min, int) and n_min >= 2) or not (n_max is None or isinstance(n_max, int) and n_max >= n_min):
+        n_min, n_max, weight = per_prompt_block.n_min, per_prompt_block.n_max, per_prompt_block.curation_weight
+        if n_max is not None and n_max < n_min:
             raise AdaptiveError(f"{PER_PROMPT}: need integers 2 <= n_min <= n_max (a group of 1 has no baseline; n_max "
                                 f"null: 4 x the step's n), got n_min={n_min!r}, n_max={n_max!r}")
-        if not (isinstance(weight, (int, float)) and not isinstance(weight, bool) and weight >= 0):
-            raise AdaptiveError(f"{PER_PROMPT}.curation_weight must be a number >= 0, got {weight!r}")
         if n_train is not None and n_min < n_train:
             raise AdaptiveError(f"{PER_PROMPT}.n_min={n_min} is below isocompute.decoupled.n_train={n_train}: the decoupled "
                                 f"baseline trains on n_train rollouts of every group; set n_min >= {n_train}")

@@ -39,7 +39,6 @@ rule's names are importable from here for that reason (``__all__``).
 from __future__ import annotations
 
 import math
-from dataclasses import fields
 from typing import Any, Iterable
 
 from omegaconf import DictConfig, OmegaConf
@@ -55,6 +54,7 @@ from verl_isocompute.scaling.allocation import (
 )
 from verl_isocompute.scaling.curve import CurveError
 from verl_isocompute.training.names import DECOUPLED_ESTIMATOR
+from verl_isocompute.training.schema import SettingsError, check_block
 
 __all__ = [
     "CONFIG_PATH", "allocation_settings", "apply_allocation", "decoupled_n_train",
@@ -109,18 +109,14 @@ def explicit_keys_from_overrides(override_strings: Iterable[str]) -> set[str]:
 
 
 def allocation_settings(cfg: DictConfig) -> AllocationConfig:
-    """The ``isocompute.allocation`` block of a composed config; unknown keys are an error naming the valid ones."""
+    """The ``isocompute.allocation`` block of a composed config, typed and checked by the schema
+    (:mod:`verl_isocompute.training.schema`: an unknown key names the nearest known one)."""
     node = OmegaConf.select(cfg, CONFIG_PATH)
-    keys = [f.name for f in fields(AllocationConfig)]
-    if not OmegaConf.is_dict(node):
-        raise AllocationError(f"{CONFIG_PATH} must be a mapping with the keys {', '.join(keys)}")
-    block = OmegaConf.to_container(node, resolve=True)
-    unknown = sorted(set(block) - set(keys))
-    if unknown:
-        raise AllocationError(
-            f"unknown key(s) {', '.join(f'{CONFIG_PATH}.{k}' for k in unknown)}; valid keys: {', '.join(keys)}"
-        )
-    return AllocationConfig(**block)
+    block = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_dict(node) else node
+    try:
+        return check_block(block, AllocationConfig, CONFIG_PATH)
+    except SettingsError as exc:
+        raise AllocationError(str(exc)) from None
 
 
 def decoupled_n_train(cfg: DictConfig) -> int | None:

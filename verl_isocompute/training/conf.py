@@ -1,8 +1,11 @@
-"""Reading a verl config (an OmegaConf ``DictConfig``) by dotted key: one way, used by every hook."""
+"""Reading a verl config (an OmegaConf ``DictConfig``) by dotted key: one way, used by every hook; a switch
+(:func:`flag`) as YAML reads it, never by its Python truth."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from verl_isocompute.numeric import yaml_bool
 
 
 def select(cfg, key: str, default: Any = None) -> Any:
@@ -10,6 +13,18 @@ def select(cfg, key: str, default: Any = None) -> Any:
     from omegaconf import OmegaConf
 
     return OmegaConf.select(cfg, key, default=default)
+
+
+def flag(cfg, key: str, default: bool = False) -> bool:
+    """The switch at ``key`` (``default`` when unset) as YAML reads it: ``off``, ``'false'``, ``no`` and ``0`` are
+    False (:func:`verl_isocompute.numeric.yaml_bool`); anything else not a boolean is a ValueError naming the key."""
+    value = select(cfg, key)
+    if value is None:
+        return default
+    try:
+        return yaml_bool(value)
+    except ValueError as exc:
+        raise ValueError(f"{key}={value!r}: {exc}") from None
 
 
 def files(cfg, key: str) -> list[str]:

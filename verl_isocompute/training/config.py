@@ -7,8 +7,9 @@ the derived verl keys as interpolations of our resolvers (:mod:`verl_isocompute.
 data files, allocation, learning rate, run directory), which verl's own ``python -m verl.trainer.main_ppo``
 resolves the same way.
 
-:func:`check_config` makes every check that needs nothing built or started: the platform (a GPU-only
-rollout or FSDP1 on the CPU platform is refused), the estimator, group sizes, the isocompute trainer's
+:func:`check_config` makes every check that needs nothing built or started: first the ``isocompute`` block
+against its schema (:mod:`verl_isocompute.training.schema`: each key's type and range, unknown keys), then
+the rules that need more than the block: the platform (a GPU-only rollout or FSDP1 on the CPU platform is refused), the estimator, group sizes, the isocompute trainer's
 settings, the LR rule and the allocation, the reuse of the rollout's log-probs. A key the allocation decides
 (n, B_problem, steps, lr) that the command line also sets is an error naming both values. Each check raises
 :class:`RecipeError`, one line naming the key and the fix. What a run builds (the model, data, a guided
@@ -24,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl_isocompute import _compat, verl_keys
 from verl_isocompute.errors import IsoComputeError
-from verl_isocompute.training import answers, resolvers
+from verl_isocompute.training import answers, resolvers, schema
 from verl_isocompute.training.adaptive_config import check_adaptive
 from verl_isocompute.training.conf import select
 from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
@@ -36,7 +37,6 @@ from verl_isocompute.training.names import (
     PLATFORM_NAME,
     REGULARIZERS,
     TRAINER,
-    ZERO_VARIANCE_MODES,
 )
 
 resolvers.register()  # before any recipe is composed: the recipes interpolate them
@@ -67,11 +67,9 @@ class RecipeError(IsoComputeError, ValueError):
 
 
 def check_platform(cfg: DictConfig) -> None:
-    """``isocompute.platform`` is cpu / auto / null; on the CPU platform (asked by the recipe or by
-    ``VERL_PLATFORM=cpu``) the rollout and the FSDP strategy must be ones that run there."""
+    """On the CPU platform (asked by the recipe, ``isocompute.platform=cpu``, or by ``VERL_PLATFORM=cpu``) the
+    rollout and the FSDP strategy must be ones that run there (the key's values: the schema's)."""
     platform = select(cfg, "isocompute.platform")
-    if platform not in (None, "auto", PLATFORM_NAME):
-        raise RecipeError(f"isocompute.platform={platform!r}: use cpu, or auto to let verl detect the accelerator")
     env_platform = os.environ.get("VERL_PLATFORM", "").strip().lower()
     if platform == PLATFORM_NAME and env_platform and env_platform != PLATFORM_NAME:
         raise RecipeError(f"VERL_PLATFORM={env_platform} conflicts with isocompute.platform=cpu; unset one of them")
@@ -128,10 +126,8 @@ def check_model_setting(cfg: DictConfig) -> None:
 
 def zero_variance_notice(cfg: DictConfig) -> str | None:
     """One line when ``isocompute.zero_variance.mode=regularizers`` has nothing to act on (no KL loss, no entropy
-    bonus: verl's stock settings and our Hard recipe), else None; an unknown mode is a RecipeError."""
+    bonus: verl's stock settings and our Hard recipe), else None."""
     mode = select(cfg, "isocompute.zero_variance.mode", default=OFF)
-    if mode not in ZERO_VARIANCE_MODES:
-        raise RecipeError(f"isocompute.zero_variance.mode={mode!r}: use one of {', '.join(ZERO_VARIANCE_MODES)}")
     if mode != REGULARIZERS or regularizers_on(cfg):
         return None
     return (
@@ -195,10 +191,8 @@ def check_trainer_settings(cfg: DictConfig) -> None:
     """What the isocompute trainer (``trainer.v1.trainer_mode=isocompute``) needs of the config; it checks them
     itself too, for runs verl's main_ppo started: a known zero-variance mode, one actor update per step, the
     warm-up schedule of :func:`check_warmup_schedule`, and one mini-batch per step when a seq-mean loss
-    drops rows."""
+    drops rows (the zero-variance mode's values: the schema's)."""
     mode = select(cfg, "isocompute.zero_variance.mode", default=OFF)
-    if mode not in ZERO_VARIANCE_MODES:
-        raise RecipeError(f"isocompute.zero_variance.mode={mode!r}: use one of {', '.join(ZERO_VARIANCE_MODES)}")
     # Update k is global step k (the rate the trainer logs, and the seed of the decoupled subset, rely on it).
     v1 = cfg.trainer.v1
     sync_step = int(v1.get(v1.trainer_mode, {}).get("parameter_sync_step", 1))
@@ -226,7 +220,8 @@ def check_config(cfg: DictConfig) -> list[str]:
     config before the first cell, in ``--dry-run`` too, so a dry run accepts exactly what the run accepts up
     to there.
 
-    The platform (:func:`check_platform`), the estimator, group sizes, our trainer's settings, the LR rule and
+    The ``isocompute`` block against its schema (:func:`verl_isocompute.training.schema.check_settings`: types,
+    ranges, unknown keys), the platform (:func:`check_platform`), the estimator, group sizes, our trainer's settings, the LR rule and
     the allocation (the resolvers of ``optim.lr`` and the allocated keys), the ``isocompute`` block's own
     interpolations (a piece that needs our trainer) and the reuse of the rollout's log-probs. ``cfg`` may be
     resolved or only composed: only the keys checked are resolved, so nothing is built here (the built-in
@@ -237,14 +232,14 @@ def check_config(cfg: DictConfig) -> list[str]:
     from omegaconf.errors import InterpolationResolutionError
 
     try:
+        check_settings(cfg)  # the block's own types and ranges, before any rule reads a key of it
         check_platform(cfg)
         check_estimator(cfg)
         check_group_size(cfg)
-        notice = zero_variance_notice(cfg)  # an unknown mode is refused whichever trainer runs
+        notice = zero_variance_notice(cfg)
         if select(cfg, "trainer.v1.trainer_mode") == TRAINER:
             check_trainer_settings(cfg)
         check_adaptive(cfg, lr_from_rule)  # the n schedule and per-prompt n (training/adaptive_config.py)
-        OmegaConf.to_container(cfg.isocompute, resolve=True)
         for key in (*resolvers.ALLOCATION_KEYS.values(), f"{resolvers.OPTIM}.lr", f"{resolvers.OPTIM}.lr_warmup_steps"):
             select(cfg, key)
         check_reuse(cfg)
@@ -253,9 +248,22 @@ def check_config(cfg: DictConfig) -> list[str]:
         raise
     except InterpolationResolutionError as exc:
         raise _resolver_error(exc) from None
-    except ValueError as exc:  # the reuse check's, the schedule's, per-prompt n's and the reward setting's
+    except ValueError as exc:  # the schema's, the reuse check's, the schedule's, per-prompt n's and the reward's
         raise RecipeError(str(exc)) from None
     return [notice] if notice else []
+
+
+def check_settings(cfg: DictConfig) -> schema.IsoComputeSettings:
+    """The ``isocompute`` block typed and checked by its schema (:func:`verl_isocompute.training.schema.check_settings`);
+    a refusal, or a resolver's error inside the block, is one RecipeError line."""
+    from omegaconf.errors import InterpolationResolutionError
+
+    try:
+        return schema.check_settings(cfg)
+    except InterpolationResolutionError as exc:
+        raise _resolver_error(exc) from None
+    except schema.SettingsError as exc:
+        raise RecipeError(str(exc)) from None
 
 
 def _resolver_error(exc: Exception) -> RecipeError:

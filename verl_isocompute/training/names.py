@@ -19,6 +19,7 @@ TRAINER = "isocompute"
 # The CPU backend (:mod:`verl_isocompute.cpu`): verl's platform (``VERL_PLATFORM``) and rollout
 # (``actor_rollout_ref.rollout.name``) names.
 PLATFORM_NAME = "cpu"
+DATA_SOURCES = ("arithmetic", "worked")  # generated sets of isocompute.data.source (files: the user's own)
 ROLLOUT_NAME = "hf"
 
 # The agent loop of the assistant placement (``agent_name`` column), registered by

@@ -43,7 +43,7 @@ from functools import partial
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verl_isocompute.training.conf import select
+from verl_isocompute.training.conf import flag, select
 
 REUSE_KEY = "isocompute.reuse_rollout_log_probs"
 ACTOR = "actor_rollout_ref.actor"
@@ -81,7 +81,7 @@ def on_policy_problems(cfg: DictConfig) -> list[str]:
 def check_reuse(cfg: DictConfig) -> None:
     """With ``isocompute.reuse_rollout_log_probs=true``, a ValueError naming the fix unless the recipe is fully
     on-policy (:func:`on_policy_problems`). Changes nothing."""
-    problems = on_policy_problems(cfg) if select(cfg, REUSE_KEY, False) else []
+    problems = on_policy_problems(cfg) if flag(cfg, REUSE_KEY) else []
     if problems:
         raise ValueError(
             f"{REUSE_KEY}=true needs a fully on-policy recipe, but {'; '.join(problems)}; "
@@ -94,7 +94,7 @@ def prepare_reuse_rollout_log_probs(cfg: DictConfig) -> bool:
     the recipe's own TIS/rejection settings. Raises ValueError naming the fix when the recipe is not fully
     on-policy or uses a setting with which bypass mode trains differently (module docstring). Returns whether it
     switched."""
-    if not select(cfg, REUSE_KEY, False):
+    if not flag(cfg, REUSE_KEY):
         return False
     check_reuse(cfg)
     correction = OmegaConf.to_container(cfg.algorithm.rollout_correction, resolve=True)
@@ -111,7 +111,7 @@ def prepare_reuse_rollout_log_probs(cfg: DictConfig) -> bool:
 def unapplied_reuse_notice(cfg: DictConfig) -> str | None:
     """One line when the recipe asks for reuse but the config was not prepared by our entry point (verl's
     stock ``main_ppo``, which does not run :func:`prepare_reuse_rollout_log_probs`), else None."""
-    if select(cfg, REUSE_KEY, False) and not select(cfg, f"{CORRECTION}.bypass_mode", False):
+    if flag(cfg, REUSE_KEY) and not select(cfg, f"{CORRECTION}.bypass_mode", False):
         return (f"[isocompute] {REUSE_KEY}=true is applied by `python -m verl_isocompute.main` only: this run "
                 "recomputes the old log-probs (same training, one more forward pass per step)")
     return None

@@ -9,12 +9,13 @@ overlay ``recipes/platform/cpu.yaml``; the recipes through their pieces). It
 - prints, once, the settings ``+platform=cpu`` changed on the command line's config: the config is composed
   again without the overlay and the two compared (raw values; our interpolations are shown as the run will
   resolve them where that needs no resolver with side effects);
-- under main_ppo: resolves the whole config (model, data, allocation, lr, run dir), checks the model
-  checkpoint and the data files, and runs :func:`~verl_isocompute.training.config.check_config` (the
-  platform, the estimator, group sizes, what our trainer needs, the LR rule and the allocation, the reuse of
-  the rollout's log-probs, the zero-variance mode and whether it has any effect);
-  an error is one line, ``isocompute: error: ...``, and exit status 2; a piece with no effect prints one
-  warning line. Our entry point runs the same checks in :func:`~verl_isocompute.training.prepare.prepare`.
+- under main_ppo: checks the ``isocompute`` block against its schema (:mod:`verl_isocompute.training.schema`),
+  resolves the whole config (model, data, allocation, lr, run dir), checks the model checkpoint and the data
+  files, and runs :func:`~verl_isocompute.training.config.check_config` (the platform, the estimator, group
+  sizes, what our trainer needs, the LR rule and the allocation, the reuse of the rollout's log-probs, the
+  zero-variance mode and whether it has any effect); an error is one line, ``isocompute: error: ...``, and
+  exit status 2; a piece with no effect prints one warning line. Our entry point runs the same checks in
+  :func:`~verl_isocompute.training.prepare.prepare`.
 
 Hydra turns an exception in a callback into a warning and carries on, so an error leaves through
 ``sys.exit``.
@@ -52,11 +53,12 @@ class Preflight(Callback):
 def check_stock_run(config: DictConfig) -> None:
     """The checks our entry point makes before Ray, on a copy of ``config`` (verl resolves its own later)."""
     from verl_isocompute.cpu.models import ModelError
-    from verl_isocompute.training.config import RecipeError, check_config, check_model_setting, resolve
+    from verl_isocompute.training.config import RecipeError, check_config, check_model_setting, check_settings, resolve
     from verl_isocompute.training.prepare import prepare_data, prepare_model
 
     cfg = _job_config(config)
     try:
+        check_settings(cfg)  # the isocompute block's types first: resolving it builds the model and data
         check_model_setting(cfg)
         resolve(cfg)
         prepare_model(cfg)

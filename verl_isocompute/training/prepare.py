@@ -39,6 +39,7 @@ from verl_isocompute.training.config import (
 )
 from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, PLATFORM_NAME
 from verl_isocompute.training.on_policy import prepare_reuse_rollout_log_probs
+from verl_isocompute.training.schema import ROOT, GuidedSettings, check_block
 
 
 def prepare_platform(cfg: DictConfig) -> None:
@@ -86,10 +87,11 @@ def prepare_guided_data(cfg: DictConfig) -> None:
     """``isocompute.guided``: the training files become a guided mixture (before the dataset is counted); its
     spend files must be readable, validation files unguided, and every guided row of the training files must
     survive verl's prompt-length filter (all checked again by the trainer, for main_ppo)."""
-    from verl_isocompute.guided.mixture import check_validation_files, guidance_spend, prepare_guided
+    from verl_isocompute.guided.mixture import check_validation_files, guidance_spend, guided_block, prepare_guided
     from verl_isocompute.guided.training_set import check_guided_lengths, training_problems
 
     try:
+        check_block(guided_block(cfg), GuidedSettings, f"{ROOT}.guided")  # also when called alone, not by prepare()
         check_validation_files(cfg)
         guidance_spend(cfg)
         prepare_guided(cfg)

@@ -53,15 +53,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verl_isocompute import verl_keys
-from verl_isocompute.training.conf import files, select
-from verl_isocompute.training.names import PLATFORM_NAME
+from verl_isocompute.training.conf import files, flag, select
+from verl_isocompute.training.names import DATA_SOURCES, PLATFORM_NAME
 
 LAUNCH_DIR_ENV = "ISOCOMPUTE_LAUNCH_DIR"
 # True in ``python -m verl_isocompute.main``, which sets VERL_PLATFORM itself for the CPU platform (verl's main_ppo
 # cannot: it has imported verl before it reads the config).
 ENTRY_SETS_PLATFORM = False
 OPTIM = "actor_rollout_ref.actor.optim"
-DATA_SOURCES = ("arithmetic", "worked")  # generated sets of isocompute.data.source (files: the user's own)
 # The verl key each ${isocompute.allocation:KEY,...} interpolation stands for.
 ALLOCATION_KEYS = {
     "n": verl_keys.N,
@@ -86,7 +85,7 @@ def dataset_size(cfg: DictConfig) -> int:
 
 
 def allocation_enabled(cfg: DictConfig) -> bool:
-    return bool(select(cfg, "isocompute.allocation.enable", default=False))
+    return flag(cfg, "isocompute.allocation.enable")
 
 
 def allocation(cfg: DictConfig):
@@ -184,7 +183,7 @@ def check_allocation_keys(cfg: DictConfig, chosen) -> None:
         raise AllocationError(
             f"{CONFIG_PATH}.enable=true decides these keys, but the config or the command line sets them: "
             f"{'; '.join(conflicts)}. Drop those settings, or set {CONFIG_PATH}.enable=false"
-            + (" (override_user applies to the Python hook apply_allocation only)" if select(cfg, f"{CONFIG_PATH}.override_user") else "")
+            + (" (override_user applies to the Python hook apply_allocation only)" if flag(cfg, f"{CONFIG_PATH}.override_user") else "")
         )
 
 
@@ -246,12 +245,11 @@ def _data_file(split: str, _root_: DictConfig) -> str:
     from verl_isocompute.data.worked import WorkedConfig, write_worked_dataset
 
     spec_cls, write = (ArithmeticConfig, write_arithmetic_dataset) if source == "arithmetic" else (WorkedConfig, write_worked_dataset)
-    block = OmegaConf.to_container(_root_.isocompute.data, resolve=True)
-    known = {f.name for cls in (ArithmeticConfig, WorkedConfig) for f in fields(cls)}  # the other source's keys are ignored
-    unknown = sorted(set(block) - known - {"source"})
-    if unknown:
-        raise ValueError(f"isocompute.data: unknown key(s) {unknown} for the generated sets; known: {', '.join(sorted(known))}")
-    spec = spec_cls(**{k: v for k, v in block.items() if k in {f.name for f in fields(spec_cls)}})
+    from verl_isocompute.training.schema import DataSettings, check_block
+
+    # typed by the schema (allow_parentheses=off is False); unset keys: the generator's, the other source's: ignored
+    block = check_block(OmegaConf.to_container(_root_.isocompute.data, resolve=True), DataSettings, "isocompute.data")
+    spec = spec_cls(**{f.name: getattr(block, f.name) for f in fields(spec_cls) if getattr(block, f.name) is not None})
     train, val = write(cache_dir() / "data" / spec.name, spec)
     return str(train if split == "train" else val)
 
@@ -259,7 +257,7 @@ def _data_file(split: str, _root_: DictConfig) -> str:
 def _when_guided(unguided: Any, guided: Any, *, _root_: DictConfig) -> Any:
     """``unguided`` or, when ``isocompute.guided.enable`` is true, ``guided``: for an overlay whose sizes suit its
     own data (the CPU overlay's prompt length and generated set) but not a guided recipe's longer prompts."""
-    return guided if select(_root_, "isocompute.guided.enable") else unguided
+    return guided if flag(_root_, "isocompute.guided.enable") else unguided
 
 
 def _device(_root_: DictConfig) -> str:

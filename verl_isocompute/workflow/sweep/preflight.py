@@ -5,11 +5,15 @@ and ``ray:`` blocks) into a :class:`Preflight`: the sweep directory can be one, 
 are counted, the recipe composes with the plan's overrides and the first cell's shape (a typo in an
 override fails here, not in every cell), every cell's config passes the checks the run itself makes before
 Ray starts (:func:`verl_isocompute.training.config.check_config`: one function for both, so a dry run
-accepts exactly what the cells would), and the recipe's micro-batch sizes give a per-cell check. The
+accepts exactly what the cells would), no cell runs the n schedule or per-prompt n (``isocompute fit``
+leaves such runs out of a per-n curve, so the sweep would spend its budget on cells it cannot fit), and the
+recipe's micro-batch sizes give a per-cell check. The
 recipe is composed with verl's config directory found on disk (``importlib.util.find_spec`` does not import
 verl): hydra's ``pkg://verl.trainer.config`` would import verl, and with it torch, for a YAML file (verl is
 imported only to look up an estimator name that is neither verl's nor ours).
 :func:`ray_options` resolves the plan's ``ray:`` block against the recipe for :class:`~.executors.RayJobExecutor`.
+:func:`check_run` is the same pre-Ray check for one run of a recipe and overrides outside a sweep (the bench
+scripts).
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from verl_isocompute.training.adaptive_config import PER_PROMPT, SCHEDULE, per_prompt_on, schedule_on
 from verl_isocompute.training.conf import select
 from verl_isocompute.workflow.sweep.executors import RayConfig
-from verl_isocompute.workflow.sweep.grid import CELL_KEYS, Cell, Plan, cell_overrides, micro_batch_issue
+from verl_isocompute.workflow.sweep.grid import CELL_KEYS, Cell, Plan, PlanError, cell_overrides, micro_batch_issue
 from verl_isocompute.workflow.sweep.plan import check_data_files
 from verl_isocompute.workflow.sweep.state import CELLS_DIR, SweepError
 
@@ -116,12 +121,28 @@ def preflight(plan: Plan) -> Preflight:
             key, value = override.split("=", 1)
             if key in CELL_KEYS:
                 OmegaConf.update(cell_cfg, key, yaml.safe_load(value), merge=False)
+        where = f"cell {cell.id}: " if len(cells) > 1 else ""
         try:
             check_config(cell_cfg)
         except RecipeError as exc:
-            where = f"cell {cell.id}: " if len(cells) > 1 else ""
             raise RecipeError(f"{where}{exc}") from None
+        unfittable = [key for key, on in ((SCHEDULE, schedule_on(cell_cfg)), (PER_PROMPT, per_prompt_on(cell_cfg))) if on]
+        if unfittable:
+            raise PlanError(
+                f"{where}{' and '.join(f'{key}.enable=true' for key in unfittable)}: a pilot sweep's cells are fitted "
+                "one curve per n, and `isocompute fit` leaves out runs whose n varies; drop it from the plan's "
+                "overrides (compare such a run with the fitted curve at equal C: benchmarks/bench_adaptive.py)")
     return Preflight(cfg, size, batch_check(cfg))
+
+
+def check_run(recipe: str, overrides: list[str] | tuple[str, ...]) -> list[str]:
+    """Compose ``recipe`` with ``overrides`` (verl's configs read from disk, nothing imported) and make every
+    check the run makes before Ray starts (:func:`verl_isocompute.training.config.check_config`, the
+    ``isocompute`` block's schema first). Returns the notices to print; raises RecipeError, one line naming
+    the key and the fix."""
+    from verl_isocompute.training.config import check_config
+
+    return check_config(compose(recipe, list(overrides)))
 
 
 def ray_options(plan: Plan, cfg, address: str, max_concurrent: int | None = None,
