@@ -21,8 +21,9 @@ from verl_isocompute.scaling.errors import FitError, ScalingError
 from verl_isocompute.scaling.lsq import least_squares_batch
 
 MIN_POINTS = 4  # the saturating curve has 4 parameters
-# A fitted parameter within this share of its value (at least of 1) of a bound of the fit's box sits on it.
-BOUND_RTOL = 1e-3
+# A fitted parameter within this share of its value (at least of 1) of a bound of the fit's box sits on it: loose
+# enough for a solver that stops just short of a bound on a flat cost (beta = 19.96 for the pilot's n = 2 fitted alone).
+BOUND_RTOL = 5e-3
 # R0 is measured only by points on the lower half of the curve: with fewer than this many below C_mid, R0 and
 # C_mid trade off against each other (one low point is met by any step through it), so R0 is extrapolated.
 MIN_POINTS_BELOW_MID = 2
