@@ -154,12 +154,13 @@ def test_tokens_shift_c0_by_the_tokens_per_rollout():
     assert (by_tokens.L, by_tokens.k, by_tokens.b) == pytest.approx((by_rollouts.L, by_rollouts.k, by_rollouts.b), abs=1e-3)
 
 
-def test_result_does_not_depend_on_run_order():
+@pytest.mark.parametrize("bootstrap_over", ["seeds", "runs"])
+def test_result_does_not_depend_on_run_order(bootstrap_over):
     truth = load_curve("paper:qwen2.5-7b-hard")
-    sweep = synthetic_sweep(curves_for(truth), noise=0.01, seed=5)
+    sweep = synthetic_sweep(curves_for(truth), runs_per_n=2, noise=0.01, seed=5)
     shuffled = sweep.sample(frac=1.0, random_state=0).reset_index(drop=True)
-    a = fit_frontier(build_frontier(_logs(sweep)), bootstrap=20).curve
-    b = fit_frontier(build_frontier(_logs(shuffled)), bootstrap=20).curve
+    a = fit_frontier(build_frontier(_logs(sweep)), bootstrap=20, bootstrap_over=bootstrap_over).curve
+    b = fit_frontier(build_frontier(_logs(shuffled)), bootstrap=20, bootstrap_over=bootstrap_over).curve
     assert (a.L, a.k, a.log10_C0, a.b) == (b.L, b.k, b.log10_C0, b.b)
     assert a.provenance["ci95"] == b.provenance["ci95"]
 
@@ -180,12 +181,12 @@ def test_bootstrap_intervals_bracket_the_fit_and_are_reproducible():
 
 @pytest.mark.parametrize("runs_per_n", [1, 2])
 def test_a_sweep_with_one_run_per_n_is_told_its_bootstrap_shows_no_noise(runs_per_n):
-    """With one run per n a resample of runs can only leave whole values of n out: its intervals show which n
-    were run, not the noise of the points (on the real CPU pilot, 3 groups, they collapse onto the
-    estimate). The fit says so; with two runs per n it has no reason to."""
+    """With one run per n a resample of all runs (``bootstrap_over="runs"``) can only leave whole values of n
+    out: its intervals show which n were run, not the noise of the points (on the real CPU pilot, 3 groups,
+    they collapse onto the estimate). The fit says so; with two runs per n it has no reason to."""
     truth = load_curve("paper:qwen2.5-7b-easy")
     sweep = synthetic_sweep(curves_for(truth), runs_per_n=runs_per_n, noise=0.01, seed=6)
-    result = fit_frontier(build_frontier(_logs(sweep)), bootstrap=40, seed=3)
+    result = fit_frontier(build_frontier(_logs(sweep)), bootstrap=40, seed=3, bootstrap_over="runs")
     said = [w for w in result.warnings if "single run" in w]
     assert len(said) == (runs_per_n == 1)
     assert not said or "run several seeds per n" in said[0]

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from verl_isocompute.scaling.curve import COMPUTE_UNITS
+from verl_isocompute.scaling.fit_defaults import BOOTSTRAP_OVER
 from verl_isocompute.scaling.pipeline import FitConfig, run_fit
 from verl_isocompute.settings import add_setting, from_args
 
@@ -41,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_setting(parser, FitConfig, "window", type=int)
     add_setting(parser, FitConfig, "k_max", type=float)
     add_setting(parser, FitConfig, "bootstrap", type=int)
+    add_setting(parser, FitConfig, "bootstrap_over", choices=BOOTSTRAP_OVER)
     add_setting(parser, FitConfig, "seed", type=int)
     add_setting(parser, FitConfig, "run_table", metavar="FILE")
     add_setting(parser, FitConfig, "n", type=int)

@@ -1,5 +1,12 @@
-"""Bootstrap intervals of the n*(C) sigmoid over runs (arXiv 2603.12151, section 4): runs resampled with
-replacement, steps 3 to 5 redone on every resample together.
+"""Bootstrap intervals of the n*(C) sigmoid (arXiv 2603.12151, section 4): runs resampled with replacement,
+steps 3 to 5 redone on every resample together.
+
+What is resampled (``settings["bootstrap_over"]``): ``"seeds"`` draws each group's runs from that group's own
+runs, as many as it has, so every resample holds every n and the spread of the answer is the run-to-run
+variation at fixed n (seeds), the noise a rerun of the sweep would show. ``"runs"`` draws from all runs
+together, as before 0.2.0: a resample can then drop an n, and its spread mixes which n were run with that
+noise. With one run per group, the seeds bootstrap has nothing to draw: no resamples are made (the fit says
+the run-to-run variation is not measured).
 """
 
 from __future__ import annotations
@@ -14,7 +21,8 @@ from verl_isocompute.scaling.sigmoid_fit import sigmoid_batch
 
 
 def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settings):
-    """Resample runs with replacement and redo steps 3 to 5; returns (successful params, counts).
+    """Resample runs with replacement (module docstring: within each group or all together) and redo steps 3
+    to 5; returns (successful params, counts).
 
     On each resample every group's curve is refitted on the resampled runs (a run drawn twice counts
     twice), starting from the full-data curve; with a shared R0, the resample's R0 is the median of the
@@ -27,14 +35,18 @@ def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settin
     """
     resamples, fit_on = settings["bootstrap"], settings["fit_on"]
     stats = {"requested": int(resamples), "succeeded": 0, "failed": 0}
-    if resamples <= 0:
+    by_seed = settings["bootstrap_over"] == "seeds"
+    if resamples <= 0 or (by_seed and all(len(g.runs) == 1 for g in groups)):
         return np.empty((0, 4)), stats
     rng = np.random.default_rng(settings["seed"])
     runs = sorted({run for g in groups for run in g.runs})
     index = {run: i for i, run in enumerate(runs)}
-    drawn = rng.integers(0, len(runs), size=(resamples, len(runs)))
-    counts = np.bincount((np.arange(resamples)[:, None] * len(runs) + drawn).ravel(), minlength=resamples * len(runs))
-    counts = counts.reshape(resamples, len(runs)).astype(float)
+    pools = [[index[r] for r in g.runs] for g in groups] if by_seed else [list(range(len(runs)))]
+    counts = np.zeros((resamples, len(runs)))
+    rows = np.arange(resamples)[:, None]
+    for pool in pools:  # each pool's runs drawn from the pool, as many as it holds
+        drawn = np.asarray(pool)[rng.integers(0, len(pool), size=(resamples, len(pool)))]
+        np.add.at(counts, (np.broadcast_to(rows, drawn.shape), drawn), 1.0)
 
     # Step 3 on every (resample, group): binned data, then one batched refit.
     G = len(groups)

@@ -33,6 +33,9 @@ field (JSON ``true`` or ``"6.0"`` is not a number) and its parameters must descr
   it: n (and b_problem, when given) a positive integer, one curve per n (per (n, b_problem) when the fit
   grouped by both, ``group_by: "n,b_problem"``), C_mid > 0, beta > 0, R0 <= A (a fitted curve never falls), both inside the metric's
   range when it has one ([0, 1] for a share of samples, :func:`metric_range`), and 0 < C_min <= C_max.
+  Optional (written since 0.2.0, absent from older files, read as none): ``at_bounds``, an object from a
+  parameter (R0, A, C_mid, beta) to the bound of the fit it sits on (``"lower"`` | ``"upper"``), and
+  ``not_identified``, the parameters the points do not determine (``"R0"``, ``"C_mid"``).
 
 When a fit into a directory finds no curve, ``isocompute fit`` renames the directory's older
 ``curve.json`` to ``curve.stale.json``; :func:`load_curve` of that ``curve.json`` then names the stale file
@@ -73,6 +76,8 @@ LOG10_C0_RANGE = (-1.0, 21.0)
 _FIX = "correct it in the file or rewrite the file with `isocompute fit`"
 # The optional per-n reward curves of a curve file (written by scaling.reward_curves.reward_curves_field).
 REWARD_CURVES_KEY = "reward_curves"
+# The parameters of a per-n reward curve, R0 + (A - R0) / (1 + (C_mid / C)^beta).
+_CURVE_PARAMS = ("R0", "A", "C_mid", "beta")
 # Metrics that are shares of samples, hence in [0, 1]: avg/best/worst@k (ours, overall or per data source)
 # and verl's per-source accuracy (val-core/<source>/acc/mean@k).
 _SHARE_METRICS = re.compile(r"^val/(avg|best|worst)@\d+(/.*)?$|(^|/)acc(/|$)")
@@ -95,7 +100,8 @@ def metric_range(metric: str) -> tuple[float, float] | None:
 def reward_curve_entries(field: Any, metric: str, source: str) -> list[dict[str, Any]]:
     """The per-n reward curves of a curve file's ``reward_curves`` field, checked (module docstring) and as
     plain values: ``n``, ``b_problem`` (int or None), ``R0``, ``A``, ``C_mid``, ``beta`` (floats), ``c_range``
-    (two floats) and ``runs``. :class:`CurveError` names the curve, the field and the fix."""
+    (two floats), ``runs``, ``at_bounds`` (dict) and ``not_identified`` (tuple; both empty in a file written
+    before 0.2.0). :class:`CurveError` names the curve, the field and the fix."""
     fix = f"rewrite the file with `isocompute fit` (its '{REWARD_CURVES_KEY}' field)"
     entries = field.get("curves") if isinstance(field, dict) else None
     if not isinstance(entries, list) or not entries:
@@ -106,14 +112,14 @@ def reward_curve_entries(field: Any, metric: str, source: str) -> list[dict[str,
     seen: dict[tuple, int] = {}
     for i, entry in enumerate(entries):
         where = f"{source}: {REWARD_CURVES_KEY}.curves[{i}]"
-        if not isinstance(entry, dict) or any(key not in entry for key in ("n", "R0", "A", "C_mid", "beta", "c_range")):
+        if not isinstance(entry, dict) or any(key not in entry for key in ("n", *_CURVE_PARAMS, "c_range")):
             raise CurveError(f"{where} needs n, R0, A, C_mid, beta and c_range [C_min, C_max]; {fix}")
         n, b_problem, runs = entry["n"], entry.get("b_problem"), entry.get("runs", 1)
         if not _is_count(n) or not (b_problem is None or _is_count(b_problem)) or not _is_count(runs):
             raise CurveError(f"{where}: n, b_problem and runs must be positive integers (b_problem may be null), got "
                              f"n={n!r}, b_problem={b_problem!r}, runs={runs!r}; {fix}")
         where = f"{where} (n={int(n)})"
-        values = [entry[key] for key in ("R0", "A", "C_mid", "beta")]
+        values = [entry[key] for key in _CURVE_PARAMS]
         c_range = entry["c_range"]
         if not all(map(is_real, values)) or not (isinstance(c_range, list) and len(c_range) == 2 and all(map(is_real, c_range))):
             raise CurveError(f"{where}: R0, A, C_mid, beta and both ends of c_range must be finite numbers; {fix}")
@@ -131,8 +137,16 @@ def reward_curve_entries(field: Any, metric: str, source: str) -> list[dict[str,
             raise CurveError(f"{where}: a second curve for {what} (curves[{seen[key]}] is the first): the fit "
                              f"writes one per {'(n, b_problem)' if by_b_problem else 'n'}; {fix}")
         seen[key] = i
+        at_bounds, not_identified = entry.get("at_bounds", {}), entry.get("not_identified", [])
+        if not (isinstance(at_bounds, dict) and set(at_bounds) <= set(_CURVE_PARAMS)
+                and all(side in ("lower", "upper") for side in at_bounds.values())):
+            raise CurveError(f"{where}: at_bounds must map R0, A, C_mid or beta to \"lower\" or \"upper\", got "
+                             f"{at_bounds!r}; {fix}")
+        if not (isinstance(not_identified, list) and set(not_identified) <= {"R0", "C_mid"}):
+            raise CurveError(f"{where}: not_identified must be a list of \"R0\" and \"C_mid\", got {not_identified!r}; {fix}")
         out.append({"n": int(n), "b_problem": None if b_problem is None else int(b_problem), "R0": R0, "A": A,
-                    "C_mid": C_mid, "beta": beta, "c_range": (lo, hi), "runs": int(runs)})
+                    "C_mid": C_mid, "beta": beta, "c_range": (lo, hi), "runs": int(runs),
+                    "at_bounds": dict(at_bounds), "not_identified": tuple(not_identified)})
     return out
 
 

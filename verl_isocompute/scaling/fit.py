@@ -17,10 +17,17 @@ Steps 3 to 5 of the playbook's fitting workflow (arXiv 2603.12151, section 4):
      doublings against 0.42 for all points.
    - one R0 for all groups (``shared_r0=True``, default): every run starts from the same base model, so
      R(C -> 0) is one number. It is the median of the groups' own R0 (first pass), then every group is
-     refitted with it. With R0 free, noise in the first evaluations decides n* at small C, where all
-     curves lie within noise of each other: worst error 1.05 doublings against 0.42.
+     refitted with it, from the same several starts as the first pass (one start from the first-pass
+     curve stopped at a local optimum on the real CPU pilot, docs/EVIDENCE.md). With R0 free, noise in the
+     first evaluations decides n* at small C, where all curves lie within noise of each other: worst error
+     1.05 doublings against 0.42.
    Points are pooled in bins of 1/50 decade of C first (:func:`bin_points`): exact when a bin holds
    one point, the same fit up to the curve's change within 5% of C otherwise, and fast for 500 runs.
+   A least-squares optimum is not a measurement of every parameter: each curve is flagged
+   (:class:`~verl_isocompute.scaling.saturating.FitFlags`) when a parameter sits on the box the fit allows
+   (beta in [0.02, 20], C_mid within 3 decades of the points, lo <= R0 <= A <= hi), when C_mid lies outside
+   the C range of its points, and when R0 is not measured (fewer than two points below C_mid; with a shared
+   R0: in no group's first-pass fit). The report and curve.json carry the flags.
 4. The frontier is the upper envelope of the fitted curves on a log grid of C, and n*(C) = argmax_n R_n(C).
    A curve competes only inside the C range its runs cover: below it the run has not been evaluated, past
    it the curve would be extrapolated. log2 n*(C) is then smoothed by a centred running average over
@@ -30,8 +37,13 @@ Steps 3 to 5 of the playbook's fitting workflow (arXiv 2603.12151, section 4):
        log2 n*(C) = L / (1 + exp(-k (log10 C - log10 C0))) + b
 
    fitted to the smoothed n*(C) with bounds (k <= 50 by default: the playbook's Hard joint fit printed
-   k = 50.00, evidently a bound), reported with R^2, residuals, and bootstrap confidence intervals over runs:
-   runs are resampled with replacement and steps 3 to 5 redone on each resample.
+   k = 50.00, evidently a bound), reported with R^2, residuals, and bootstrap confidence intervals: runs are
+   resampled with replacement and steps 3 to 5 redone on each resample. ``bootstrap_over="seeds"`` (default)
+   draws each group's runs from that group's own runs (its seeds), so every resample has every n and the
+   spread is run-to-run variation; a group with one run then contributes none, and with one run per group
+   the variation is not measured: the fit says so and gives no intervals. ``bootstrap_over="runs"`` draws
+   from all runs together (before 0.2.0 the only way): a resample can leave an n out, so the spread also
+   says which n were run.
 
 A fit that does not converge raises :class:`FitError` rather than returning a bogus curve. When n*(C)
 cannot be fitted at all (one value of n, or n* constant over the range) the result has ``curve=None`` and
@@ -58,10 +70,16 @@ from verl_isocompute.scaling.bootstrap import bootstrap_sigmoid
 from verl_isocompute.scaling.curve import Curve, sigmoid_log2_n
 from verl_isocompute.scaling.envelope import GRID_PER_DECADE, empty_grid, envelope_table, log_grid
 from verl_isocompute.scaling.errors import FitError, ScalingError
-from verl_isocompute.scaling.fit_defaults import DEFAULT_BOOTSTRAP, DEFAULT_WINDOW, K_MAX
+from verl_isocompute.scaling.fit_defaults import (
+    BOOTSTRAP_OVER,
+    DEFAULT_BOOTSTRAP,
+    DEFAULT_BOOTSTRAP_OVER,
+    DEFAULT_WINDOW,
+    K_MAX,
+)
 from verl_isocompute.scaling.points import Frontier
-from verl_isocompute.scaling.groups import group_keys, group_label, group_row, make_groups
-from verl_isocompute.scaling.saturating import MIN_POINTS, SaturatingCurve
+from verl_isocompute.scaling.groups import flag_warnings, group_flags, group_keys, group_label, group_row, make_groups
+from verl_isocompute.scaling.saturating import MIN_POINTS, FitFlags, SaturatingCurve
 from verl_isocompute.scaling.sigmoid_fit import fit_sigmoid
 
 FIT_ON = ("records", "all")
@@ -85,7 +103,9 @@ class FrontierFit:
     """Everything ``fit_frontier`` found; plain tables and values, ready for a notebook.
 
     ``groups``: one row per group (n, or (n, b_problem)) with its runs, points, covered C range, fitted
-    R0 / A / C_mid / beta, RMSE and status. ``curves``: group key -> :class:`SaturatingCurve`.
+    R0 / A / C_mid / beta, RMSE, status, and its flags as text (``at_bounds``: "beta=upper", ...;
+    ``not_identified``: "R0, C_mid"). ``curves``: group key -> :class:`SaturatingCurve`; ``flags``: group
+    key -> :class:`FitFlags`.
     ``grid``: one row per grid value of C: ``C``, ``reward`` (the envelope), ``n_star``, ``b_problem_star``,
     ``log2_n_star``, ``log2_n_star_smoothed``, ``log2_n_star_fit``, ``residual``, and the bootstrap band
     ``log2_n_star_low`` / ``log2_n_star_high``. ``curve``: the fitted :class:`Curve` (None when n*(C)
@@ -107,6 +127,7 @@ class FrontierFit:
     settings: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     no_curve_reason: str | None = None
+    flags: dict[tuple, FitFlags] = field(default_factory=dict)
 
     def n_star_table(self, compute: Sequence[float] | None = None) -> pd.DataFrame:
         """n* at chosen budgets (default: 1, 2, 5 x 10^k inside the fitted range): from the data
@@ -148,8 +169,9 @@ def fit_frontier(
     bootstrap: int = DEFAULT_BOOTSTRAP,
     seed: int = 0,
     max_nfev: int | None = None,
+    bootstrap_over: str = DEFAULT_BOOTSTRAP_OVER,
 ) -> FrontierFit:
-    """Per-group curves, their envelope, n*(C) and its sigmoid, with bootstrap intervals over runs.
+    """Per-group curves, their envelope, n*(C) and its sigmoid, with bootstrap intervals over seeds or runs.
 
     Raises :class:`FitError` when a fit does not converge; returns ``curve=None`` (with the reason) when
     the runs cannot determine n*(C) (one value of n, or the same n best at every C).
@@ -161,6 +183,8 @@ def fit_frontier(
         raise ScalingError("window and grid_per_decade must be positive integers")
     if not k_max > 0:
         raise ScalingError(f"k_max must be positive, got {k_max}")
+    if bootstrap_over not in BOOTSTRAP_OVER:
+        raise ScalingError(f"bootstrap_over must be one of {', '.join(BOOTSTRAP_OVER)}, got {bootstrap_over!r}")
     points = frontier.points
     warnings: list[str] = []
     if keys == ("n",) and points["b_problem"].nunique() > 1:
@@ -179,6 +203,7 @@ def fit_frontier(
     settings = dict(
         group_by=",".join(keys), fit_on=fit_on, shared_r0=shared_r0, bucket=frontier.bucket, ema=frontier.ema,
         window=window, grid_per_decade=grid_per_decade, k_max=k_max, bootstrap=bootstrap, seed=seed,
+        bootstrap_over=bootstrap_over,
     )
 
     # Step 3, first pass: each group on its own (R0 free).
@@ -210,17 +235,23 @@ def fit_frontier(
     if shared_r0 and len(fitted) >= 2:
         r0 = float(np.median([free[g.key][0].R0 for g in fitted]))
         for g in fitted:
-            results[g.key] = g.fit(r0=r0, start=free[g.key][0], max_nfev=max_nfev)
+            results[g.key] = g.fit(r0=r0, max_nfev=max_nfev)
         settings["r0"] = r0
     curves = {key: curve for key, (curve, _) in results.items()}
+    flags = group_flags(fitted, free, curves, r0)
+    warnings.extend(flag_warnings(fitted, curves, flags, keys, r0))
     for row, g in zip(rows, groups):
         if g.key in results:
             curve, rmse = results[g.key]
             row.update(R0=curve.R0, A=curve.A, C_mid=curve.C_mid, beta=curve.beta, rmse=rmse)
+        f = flags.get(g.key, FitFlags({}, ()))
+        row.update(at_bounds=", ".join(f"{name}={side}" for name, side in f.at_bounds.items()),
+                   not_identified=", ".join(f.not_identified))
     group_table = pd.DataFrame(rows)
 
     def result(grid, **kw):
-        return FrontierFit(frontier, keys, group_table, curves, grid, settings=settings, warnings=warnings, **kw)
+        return FrontierFit(frontier, keys, group_table, curves, grid, settings=settings, warnings=warnings,
+                           flags=flags, **kw)
 
     if not fitted:
         reason = f"no group has the {MIN_POINTS} validation points at C > 0 that a curve needs"
@@ -271,7 +302,15 @@ def fit_frontier(
         table["log2_n_star_high"] = np.percentile(band, 97.5, axis=0)
     if bootstrap and stats["failed"]:
         warnings.append(f"{stats['failed']} of {bootstrap} bootstrap resamples could not be fitted and were skipped")
-    if bootstrap and all(len(g.runs) == 1 for g in fitted):
+    single = [group_label(g.key, keys) for g in fitted if len(g.runs) == 1]
+    if bootstrap and bootstrap_over == "seeds" and len(single) == len(fitted):
+        warnings.append("every group has a single run: the run-to-run variation is not measured, so the fit has no "
+                        "bootstrap intervals; run two or more seeds per n (--bootstrap-over runs only leaves whole "
+                        "groups out, which shows which n were run, not the noise)")
+    elif bootstrap and bootstrap_over == "seeds" and single:
+        warnings.append(f"{', '.join(single)}: a single run, which the bootstrap over seeds cannot resample: the "
+                        "intervals leave out the run-to-run variation of these groups; run two or more seeds per n")
+    elif bootstrap and len(single) == len(fitted):
         # A resample of runs can then only leave whole groups out (or repeat the data): its spread says how
         # the answer depends on which n were run, not how noisy the points are. On the real CPU pilot (3
         # groups, docs/EVIDENCE.md) the resamples that fit are the data again and the intervals collapse.

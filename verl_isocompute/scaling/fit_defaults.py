@@ -9,4 +9,7 @@ A module of constants only, so the fit command imports it without numpy, pandas 
 DEFAULT_BUCKET = 0.01  # reward bucket width for record-breaking points (0 = exact records)
 DEFAULT_WINDOW = 5  # running-average window over the n*(C) grid, in grid points (1/4 decade)
 K_MAX = 50.0  # upper bound on the sigmoid's k
-DEFAULT_BOOTSTRAP = 200  # bootstrap resamples over runs (0 = no confidence intervals)
+DEFAULT_BOOTSTRAP = 200  # bootstrap resamples (0 = no confidence intervals)
+# What the bootstrap resamples: each group's runs among its own (seeds), or all runs together (runs).
+BOOTSTRAP_OVER = ("seeds", "runs")
+DEFAULT_BOOTSTRAP_OVER = "seeds"

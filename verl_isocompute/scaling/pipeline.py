@@ -16,7 +16,14 @@ from verl_isocompute import _compat
 from verl_isocompute.numeric import is_real, yaml_number
 from verl_isocompute.runlog import DEFAULT_METRIC, VAL_PREFIX
 from verl_isocompute.scaling.curve import Curve
-from verl_isocompute.scaling.fit_defaults import DEFAULT_BOOTSTRAP, DEFAULT_BUCKET, DEFAULT_WINDOW, K_MAX
+from verl_isocompute.scaling.fit_defaults import (
+    BOOTSTRAP_OVER,
+    DEFAULT_BOOTSTRAP,
+    DEFAULT_BOOTSTRAP_OVER,
+    DEFAULT_BUCKET,
+    DEFAULT_WINDOW,
+    K_MAX,
+)
 from verl_isocompute.settings import setting
 
 
@@ -46,7 +53,12 @@ class FitConfig:
     ema: float = setting(0.0, "per-run EMA smoothing of the metric, weight of the past in [0, 1); 0 = off")
     window: int = setting(DEFAULT_WINDOW, "running-average window over the n*(C) grid, in grid points (20 per decade)")
     k_max: float = setting(K_MAX, "upper bound on the sigmoid's k")
-    bootstrap: int = setting(DEFAULT_BOOTSTRAP, "bootstrap resamples over runs for confidence intervals; 0 = none")
+    bootstrap: int = setting(DEFAULT_BOOTSTRAP, "bootstrap resamples for confidence intervals; 0 = none")
+    bootstrap_over: str = setting(
+        DEFAULT_BOOTSTRAP_OVER, "what the bootstrap resamples: seeds = each n's runs among its own, so the intervals "
+        "carry run-to-run variation (with one run per n it is not measured: no intervals, and the fit says so); "
+        "runs = all runs together (before 0.2.0), where a resample can leave an n out",
+    )
     seed: int = setting(0, "bootstrap seed")
     n: int | None = setting(
         None, "n for every run whose log, run table and hydra config file do not say it (verl file logs, tensorboard, CSVs)"
@@ -110,6 +122,8 @@ class FitConfig:
             refuse("group_by", " or ".join(GROUP_BYS))
         if self.fit_on not in FIT_ON:
             refuse("fit_on", " or ".join(FIT_ON))
+        if self.bootstrap_over not in BOOTSTRAP_OVER:
+            refuse("bootstrap_over", " or ".join(BOOTSTRAP_OVER))
         bucket = number("bucket")
         if bucket is None or bucket < 0:
             refuse("bucket", "a finite number >= 0", "a reward bucket width such as 0.01; 0 = exact records")
@@ -208,6 +222,7 @@ def run_fit(
     result = fit_frontier(
         frontier, group_by=options.group_by, fit_on=options.fit_on, shared_r0=options.shared_r0,
         window=options.window, k_max=options.k_max, bootstrap=options.bootstrap, seed=options.seed,
+        bootstrap_over=options.bootstrap_over,
     )
     written = [] if out_dir is None else write_outputs(
         result, out_dir, compare=compare, compare_label=compare_label, command=command

@@ -123,16 +123,17 @@ def render_report(
     if command:
         lines += [f"Command: `{command}`", ""]
     n_values = sorted(int(n) for n in fr.points["n"].unique())
+    r0_note = " (not identified by the data: see the warnings)" if any("R0" in f.not_identified for f in result.flags.values()) else ""
     b_values = sorted(int(b) for b in fr.points["b_problem"].unique())
     lines += [
         f"- runs: {fr.points['run'].nunique()} ({len(fr.points)} validation points at C > 0); "
         f"n in {{{', '.join(map(str, n_values))}}}, b_problem in {{{', '.join(map(str, b_values))}}}",
         f"- grouped by {' and '.join(result.group_by)}; per-group curves fitted on "
         f"{'all validation points' if s['fit_on'] == 'all' else 'record-breaking points'}; "
-        + (f"R0 shared by all groups = {s['r0']:.4f}" if "r0" in s else "R0 fitted per group"),
+        + (f"R0 shared by all groups = {s['r0']:.4f}{r0_note}" if "r0" in s else "R0 fitted per group"),
         f"- reward bucket {fr.bucket:g}; EMA {'off' if not fr.ema else fr.ema}; n* smoothing window "
         f"{s['window']} grid points at {s['grid_per_decade']} per decade; k <= {s['k_max']:g}; "
-        f"bootstrap {result.bootstrap.get('succeeded', 0)}/{s['bootstrap']} resamples over runs (seed {s['seed']})",
+        + _bootstrap_line(result),
         "",
     ]
     if result.warnings:
@@ -186,7 +187,7 @@ def render_report(
 
     lines += ["## Per-group fits", "", "R(C) = R0 + (A - R0) / (1 + (C_mid / C)^beta)", ""]
     headers = list(result.group_by) + (["b_problem"] if "b_problem" not in result.group_by else []) + [
-        "runs", "points", "C range", "best", "R0", "A", "C_mid", "beta", "RMSE", "status"]
+        "runs", "points", "C range", "best", "R0", "A", "C_mid", "beta", "RMSE", "status", "at a bound", "not identified"]
     rows = []
     for g in result.groups.to_dict("records"):
         rows.append(
@@ -195,9 +196,18 @@ def render_report(
             + [str(g["runs"]), f"{g['points']} ({g['fit_points']} fitted)", f"{g['C_min']:.3g} - {g['C_max']:.3g}",
                f"{g['best_reward']:.4f}"]
             + [_num(g[k]) for k in ("R0", "A", "C_mid", "beta", "rmse")]
-            + [str(g["status"])]
+            + [str(g["status"]), g["at_bounds"] or "-", g["not_identified"] or "-"]
         )
     lines += [_md_table(headers, rows), ""]
+    if any(f.at_bounds or f.not_identified for f in result.flags.values()):
+        lines += [
+            "A parameter *at a bound* sits on the box the fit allows (beta in [0.02, 20], C_mid within 3 decades of "
+            "the points, R0 <= A <= the metric's top): the points did not choose it. *Not identified*: C_mid outside "
+            "the C range of the group's points (the rise is not seen), R0 with fewer than two points below C_mid on a "
+            "rising curve (extrapolated). Read such a curve as a summary of its points, not as the parameters of a "
+            "learning curve.",
+            "",
+        ]
     lines += [
         "## Files",
         "",
@@ -211,6 +221,16 @@ def render_report(
         "",
     ]
     return "\n".join(lines)
+
+
+def _bootstrap_line(result: FrontierFit) -> str:
+    s = result.settings
+    if s["bootstrap_over"] == "runs":
+        return f"bootstrap {result.bootstrap.get('succeeded', 0)}/{s['bootstrap']} resamples over all runs (seed {s['seed']})"
+    if s["bootstrap"] and len(result.groups) and (result.groups["runs"] == 1).all():
+        return "bootstrap over the seeds of each group: none made, one run per group (run-to-run variation not measured)"
+    return (f"bootstrap {result.bootstrap.get('succeeded', 0)}/{s['bootstrap']} resamples over the seeds of each group "
+            f"(run-to-run variation; seed {s['seed']})")
 
 
 def _compare_section(table) -> list[str]:

@@ -7,7 +7,7 @@ covered, from a fit (:func:`reward_curves`) or from the ``reward_curves`` field 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,13 +29,17 @@ class CompareError(ScalingError):
 
 @dataclass(frozen=True)
 class RewardCurve:
-    """One fixed n's fitted reward curve and the compute range its runs covered."""
+    """One fixed n's fitted reward curve, the compute range its runs covered, and what its points do not
+    determine (:class:`~verl_isocompute.scaling.saturating.FitFlags`: parameter -> the bound it sits on, and
+    the parameters not identified)."""
 
     n: int
     b_problem: int | None
     curve: SaturatingCurve
     c_range: tuple[float, float]
     runs: int = 1
+    at_bounds: dict[str, str] = field(default_factory=dict)
+    not_identified: tuple[str, ...] = ()
 
     def covers(self, compute: np.ndarray) -> np.ndarray:
         lo, hi = self.c_range
@@ -65,14 +69,17 @@ def reward_curves(result: FrontierFit) -> list[RewardCurve]:
             continue
         b = row.get("b_problem")
         b_problem = int(b) if isinstance(b, (int, np.integer)) or (isinstance(b, float) and b.is_integer()) else None
-        out.append(RewardCurve(key[0], b_problem, curve, (float(row["C_min"]), float(row["C_max"])), int(row["runs"])))
+        flags = result.flags.get(key)
+        out.append(RewardCurve(key[0], b_problem, curve, (float(row["C_min"]), float(row["C_max"])), int(row["runs"]),
+                               dict(flags.at_bounds) if flags else {}, flags.not_identified if flags else ()))
     return sorted(out, key=lambda rc: (rc.n, rc.b_problem or 0))
 
 
 def reward_curves_field(curves: Sequence[RewardCurve], group_by: Sequence[str] = ("n",)) -> dict[str, Any]:
     """The ``reward_curves`` field of ``curve.json``: the form, the grouping, and per group
     ``n``, ``b_problem`` (null when the group mixed several), ``R0``, ``A``, ``C_mid``, ``beta``,
-    ``c_range`` ([C_min, C_max] its runs covered) and ``runs``."""
+    ``c_range`` ([C_min, C_max] its runs covered), ``runs``, ``at_bounds`` ({parameter: "lower" | "upper"})
+    and ``not_identified`` (["R0", "C_mid"] or part of it)."""
     return {
         "form": FORM,
         "group_by": ",".join(group_by),
@@ -86,6 +93,8 @@ def reward_curves_field(curves: Sequence[RewardCurve], group_by: Sequence[str] =
                 "beta": rc.curve.beta,
                 "c_range": list(rc.c_range),
                 "runs": rc.runs,
+                "at_bounds": dict(rc.at_bounds),
+                "not_identified": list(rc.not_identified),
             }
             for rc in curves
         ],
@@ -110,7 +119,8 @@ def reward_curves_from(curve: Curve, source: str, budget: float | None = None) -
             "the per-n reward curves that `isocompute fit` (0.2.0+) stores in curve.json: fit your sweep and pass that file"
         )
     return [
-        RewardCurve(e["n"], e["b_problem"], SaturatingCurve(e["R0"], e["A"], e["C_mid"], e["beta"]), e["c_range"], e["runs"])
+        RewardCurve(e["n"], e["b_problem"], SaturatingCurve(e["R0"], e["A"], e["C_mid"], e["beta"]), e["c_range"], e["runs"],
+                    e["at_bounds"], e["not_identified"])
         for e in reward_curve_entries(field, curve.metric, source)
     ]
 

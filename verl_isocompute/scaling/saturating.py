@@ -3,7 +3,8 @@
 ScaleRL's form (arXiv 2510.13786), R(C) = R0 + (A - R0) / (1 + (C_mid / C)^beta), fitted by bounded least
 squares from several starts (:func:`fit_saturating`), to points pooled in bins of 1/50 decade of C
 (:func:`bin_points`); :func:`refit_batch` refits many curves in lock step (the bootstrap). Why these
-choices: :mod:`verl_isocompute.scaling.fit`.
+choices: :mod:`verl_isocompute.scaling.fit`. :func:`fit_flags` says what of a fitted curve its points do not
+determine.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from verl_isocompute.scaling.errors import FitError, ScalingError
 from verl_isocompute.scaling.lsq import least_squares_batch
 
 MIN_POINTS = 4  # the saturating curve has 4 parameters
+# A fitted parameter within this share of its value (at least of 1) of a bound of the fit's box sits on it: loose
+# enough for a solver that stops just short of a bound on a flat cost (beta = 19.96 for the pilot's n = 2 fitted alone).
+BOUND_RTOL = 5e-3
+# R0 is measured only by points on the lower half of the curve: with fewer than this many below C_mid, R0 and
+# C_mid trade off against each other (one low point is met by any step through it), so R0 is extrapolated.
+MIN_POINTS_BELOW_MID = 2
 BINS_PER_DECADE = 50  # points pooled within 1/50 decade (~5%) of C before fitting, see bin_points
 _LN10 = math.log(10.0)
 
@@ -113,6 +120,16 @@ def bin_ids(log_c: np.ndarray) -> np.ndarray:
     return np.floor(log_c * (BINS_PER_DECADE / _LN10)).astype(np.int64)
 
 
+def params_at_bounds(names, x, lower, upper, rtol: float) -> dict[str, str]:
+    """The parameters of a bounded least-squares solution that sit on a bound: name -> "lower" | "upper"."""
+    out = {}
+    for name, v, lo, hi in zip(names, x, lower, upper):
+        slack = rtol * max(1.0, abs(float(v)))
+        if v - lo <= slack or hi - v <= slack:
+            out[name] = "lower" if v - lo <= hi - v else "upper"
+    return out
+
+
 def best_of_starts(residual, jacobian, starts, lower, upper, max_nfev, margin):
     """Bounded least squares from several starts (nudged ``margin`` inside the bounds); the lowest-cost
     converged solution, or None when no start converged."""
@@ -171,6 +188,42 @@ def fit_saturating(
         raise FitError(f"the saturating fit did not converge from {len(starts)} starts")
     curve = _unpack(best.x, lo, r0)
     return curve, float(np.sqrt(np.sum(best.fun**2) / np.sum(sqrt_w**2)))
+
+
+@dataclass(frozen=True)
+class FitFlags:
+    """What the points of a group do not determine about its fitted curve (reported, and kept in curve.json).
+
+    ``at_bounds``: curve parameter -> the bound of the fit's box it sits on ("R0" at its upper bound means
+    R0 = A, a flat curve; "A" at its lower bound the same with a shared R0); the optimum is then the box's edge,
+    not a value the data chose. ``not_identified``: "C_mid" when it lies outside the C range of the points (the
+    rise is not seen, so neither is beta), "R0" when fewer than :data:`MIN_POINTS_BELOW_MID` points lie below
+    C_mid (R0 is extrapolated below the data) or R0 sits on a bound (R0 = A: a flat curve shows no start).
+    """
+
+    at_bounds: dict[str, str]
+    not_identified: tuple[str, ...]
+
+
+def fit_flags(curve: SaturatingCurve, compute: np.ndarray, reward: np.ndarray, r0: float | None = None) -> FitFlags:
+    """:class:`FitFlags` of ``curve`` fitted by :func:`fit_saturating` to (binned) ``compute``, ``reward``
+    (with the same ``r0``): its parameters tested against the same box the fit used."""
+    u = np.log(np.asarray(compute, dtype=float))
+    lo, hi = _reward_bounds(np.asarray(reward, dtype=float))
+    if r0 is not None:
+        lo, hi = min(lo, r0), max(hi, r0)
+    lower, upper = _saturating_box(float(u.min()), float(u.max()), lo, hi, r0)
+    # the packed parameters are (A, f, ln C_mid, beta) or (A, ln C_mid, beta); f = 1 is R0 = lo, f = 0 is R0 = A
+    names = ("A", "R0", "C_mid", "beta") if r0 is None else ("A", "C_mid", "beta")
+    hits = params_at_bounds(names, _pack(curve, lo, r0), lower, upper, BOUND_RTOL)
+    if "R0" in hits:
+        hits["R0"] = "upper" if hits["R0"] == "lower" else "lower"
+    not_identified = []
+    if "R0" in hits or (u < math.log(curve.C_mid)).sum() < MIN_POINTS_BELOW_MID:
+        not_identified.append("R0")
+    if not u.min() <= math.log(curve.C_mid) <= u.max():
+        not_identified.append("C_mid")
+    return FitFlags({name: hits[name] for name in ("R0", "A", "C_mid", "beta") if name in hits}, tuple(not_identified))
 
 
 def _pack(curve: SaturatingCurve, lo: float, r0: float | None) -> list[float]:

@@ -14,7 +14,7 @@ from verl_isocompute.scaling.curve import sigmoid_log2_n, sigmoid_log2_n_jacobia
 from verl_isocompute.scaling.errors import FitError
 from verl_isocompute.scaling.fit_defaults import K_MAX
 from verl_isocompute.scaling.lsq import least_squares_batch
-from verl_isocompute.scaling.saturating import best_of_starts
+from verl_isocompute.scaling.saturating import best_of_starts, params_at_bounds
 
 K_MIN = 1e-3  # the sigmoid's k is fitted in [K_MIN, k_max]
 
@@ -77,9 +77,7 @@ def fit_sigmoid(
             "Check n*(C) in the report: it needs a rise from small to large n within the C range of the runs"
         )
     names = ("L", "k", "log10_C0", "b")
-    at_bounds = tuple(
-        name for name, v, lo, hi in zip(names, best.x, lower, upper) if min(v - lo, hi - v) <= 1e-6 * max(1.0, abs(v))
-    )
+    at_bounds = tuple(params_at_bounds(names, best.x, lower, upper, rtol=1e-6))
     ss_res = float(np.sum(best.fun**2))
     ss_tot = float(np.sum((y - y.mean()) ** 2))
     return SigmoidFit(
