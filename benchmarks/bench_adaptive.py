@@ -203,6 +203,8 @@ def train(args) -> None:
         spend = f"{arm['rollouts']:,} rollouts" if arm["rollouts"] else f"<= {args.budget:,} rollouts"
         print(f"{arm['arm']}: n {arm['n']} ({arm['why_n']}), B_problem {args.b_problem}, up to {arm['steps']} steps, "
               f"{spend}")
+    for arm in arms:  # each arm's settings as its runs will check them, before the first run starts
+        bench_learning.check_command(bench_learning.train_command(run_args(args, arm, 0), args.runs_dir / arm["arm"]))
     for seed in range(args.seeds):
         for arm in arms:
             run_dir = (args.runs_dir / f"{arm['arm']}-s{seed}").absolute()

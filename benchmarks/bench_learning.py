@@ -189,6 +189,15 @@ def train_command(args, run_dir: Path) -> list[str]:
     ]
 
 
+def check_command(cmd: list[str]) -> None:
+    """Every check the training run makes before Ray starts, made here before anything runs (the ``isocompute``
+    block's schema, then the recipe's rules: :func:`verl_isocompute.workflow.sweep.preflight.check_run`)."""
+    from verl_isocompute.workflow.sweep.preflight import check_run
+
+    assert cmd[3] == "--config-name", cmd
+    check_run(cmd[4], cmd[5:])
+
+
 def train(args, run_dir: Path | None = None) -> Path:
     """One training run of the recipe, validated on ``--split``; writes ``learning_run.json`` (command, wall time).
     ``run_dir``: where (default ``--out``/``--run``); a run that has its ``learning_run.json`` is skipped."""
@@ -364,6 +373,8 @@ def plot(summary: dict, path: Path) -> None:
 
 def run(args) -> int:
     check_settings(args)
+    if args.stage in ("all", "train"):
+        check_command(train_command(args, (args.out / (args.run or f"train-{args.split}")).absolute()))
     if args.stage in ("all", "curate"):
         curate(args)
     run_dir = (args.out / (args.run or f"train-{args.split}")).absolute()

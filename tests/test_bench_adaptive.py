@@ -98,8 +98,8 @@ def test_without_a_curve_it_says_where_one_comes_from(tmp_path, capsys, monkeypa
     ("fixed,per_prompt", [], "per_prompt at n 2: every prompt already gets n_min 2, so the split has no room"),
     ("fixed,per_prompt", ["isocompute.per_prompt_n.n_min=4", "--n", "4"], "per_prompt at n 4: every prompt already gets n_min 4"),
     ("fixed,schedule", [], "n*(c) stays at n 2 over the whole budget of 512, so the arm would repeat the fixed arm"),
-    ("fixed,per_prompt", ["isocompute.per_prompt_n.n_min=two"], "need integers 2 <= n_min <= n_max (a group of 1 has no "
-     "baseline; n_max null: 4 x the step's n), got n_min='two'"),
+    ("fixed,per_prompt", ["isocompute.per_prompt_n.n_min=two"], "isocompute.per_prompt_n.n_min='two': use a whole "
+     "number >= 2"),
 ])
 def test_an_arm_that_cannot_differ_from_the_fixed_arm_is_refused(tmp_path, capsys, arms, extra, words):
     """On a flat curve (n* = 2 at every C, as the CPU pilot's fit) the allocation's n is 2: per-prompt n has no
