@@ -24,17 +24,13 @@ STEPS = 2
 VLLM = ("isocompute.model=tiny", "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.n=4")
 
 
-def readme_command() -> tuple[str, list[str]]:
-    """The README's vLLM-on-CPU command: the recipe and its overrides (this module runs it)."""
-    (command,) = commands(snippet("readme-vllm-cpu").text)
-    assert command.argv[:4] == ["python", "-m", "verl_isocompute.main", "--config-name"]
-    return command.argv[4], command.argv[5:]
-
-
 @pytest.fixture(scope="module")
 def vllm_run(tmp_path_factory, isocompute_cache, tiny_model_path):
+    """The README's vLLM-on-CPU command, run with the fixture's reward and validation at the end too."""
     root = tmp_path_factory.mktemp("vllm")
-    recipe, given = readme_command()
+    (command,) = commands(snippet("readme-vllm-cpu").text)
+    python_m, (recipe, *given) = command.argv[:4], command.argv[4:]
+    assert python_m == ["python", "-m", "verl_isocompute.main", "--config-name"]
     assert {f"trainer.total_training_steps={STEPS}", *VLLM[:2]} <= set(given)
     run = run_recipe(
         recipe, root / "run", *given, "actor_rollout_ref.rollout.n=4", f"trainer.test_freq={STEPS}", f"reward.custom_reward_function.path={FIXTURES / 'half_constant_reward.py'}",
