@@ -4,7 +4,8 @@
 ``cpu`` platform and the ``hf`` rollout *available* (registrations only: nothing changes until a run
 selects them). Only in a process where ``VERL_PLATFORM=cpu`` does it also apply
 :func:`apply_cpu_runtime`, the few adjustments verl 0.9.1 needs to train on a CPU that its registries
-cannot express. Each has an upstreamable diff in ``patches/`` explaining it.
+cannot express. Each of the training ones has an upstreamable diff in ``patches/`` explaining it; those for verl's
+vLLM rollout are explained in :mod:`verl_isocompute.cpu.vllm_cpu`.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def register() -> None:
 
 
 def apply_cpu_runtime() -> None:
-    """Adjust verl 0.9.1 for CPU training in this process (idempotent). See ``patches/``.
+    """Adjust verl 0.9.1 for CPU training in this process (idempotent). See ``patches/`` for 1-4.
 
     1. Process groups: verl builds the backend string ``cpu:gloo,<device>:<backend>``, which on the CPU
        platform names the CPU twice and torch rejects it; on CPU the group uses ``gloo`` alone.

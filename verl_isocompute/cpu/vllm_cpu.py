@@ -187,20 +187,17 @@ def _reload_layerwise(module) -> None:
         original(self, *args, **kwargs)
         for model, model_config in models:
             finalize_layerwise_reload(model, model_config)
-            repack_tied_output_layer(model, model_config)
+            _repack_tied_output_layer(model, model_config)
 
     extension.update_weights_from_ipc = update_weights_from_ipc
 
 
-def repack_tied_output_layer(model, model_config) -> bool:
-    """Re-run the packing of a model's output layer when it is tied to the embedding (item 5 of the module
-    docstring); returns whether it did."""
+def _repack_tied_output_layer(model, model_config) -> None:
+    """Re-run the packing of a model's output layer when it is tied to the embedding (item 5 above)."""
     lm_head = getattr(model, "lm_head", None)
     quant_method = getattr(lm_head, "quant_method", None)
-    if not getattr(model_config.hf_config, "tie_word_embeddings", False) or quant_method is None:
-        return False
-    quant_method.process_weights_after_loading(lm_head)
-    return True
+    if getattr(model_config.hf_config, "tie_word_embeddings", False) and quant_method is not None:
+        quant_method.process_weights_after_loading(lm_head)
 
 
 def apply_vllm_cpu_runtime() -> None:

