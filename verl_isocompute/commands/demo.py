@@ -32,7 +32,7 @@ PROG = "isocompute demo"
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", default="smollm2", choices=["smollm2", "tiny"],
-                        help="built-in model: smollm2 (SmolLM2-135M-Instruct, default) or tiny (random 2-layer Qwen2, seconds per step)")
+                        help="built-in model: smollm2 (SmolLM2-135M-Instruct, default) or tiny (random 2-layer Llama, seconds per step)")
     parser.add_argument("--steps", type=int, default=None,
                         help="training steps (default: the recipe's 4, or what isocompute.allocation.* decides)")
     parser.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16"],

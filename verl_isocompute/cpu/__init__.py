@@ -4,7 +4,8 @@
 ``cpu`` platform and the ``hf`` rollout *available* (registrations only: nothing changes until a run
 selects them). Only in a process where ``VERL_PLATFORM=cpu`` does it also apply
 :func:`apply_cpu_runtime`, the few adjustments verl 0.9.1 needs to train on a CPU that its registries
-cannot express. Each has an upstreamable diff in ``patches/`` explaining it.
+cannot express. Each of the training ones has an upstreamable diff in ``patches/`` explaining it; those for verl's
+vLLM rollout are explained in :mod:`verl_isocompute.cpu.vllm_cpu`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import sys
 # so a verl import here would run the plugin against a half-initialised package (and verl would hide the
 # error). The platform class is imported inside register().
 from verl_isocompute.cpu.threads import THREADS_ENV, cpu_threads, record_cpu_threads  # the package's API
+from verl_isocompute.cpu.shm import record_shared_memory
+from verl_isocompute.cpu.vllm_cpu import apply_vllm_cpu_runtime
 from verl_isocompute.training.names import PLATFORM_NAME, ROLLOUT_NAME
 
 ADAPTER_PATH = "verl_isocompute.cpu.hf_rollout.HFServerAdapter"
@@ -54,7 +57,7 @@ def register() -> None:
 
 
 def apply_cpu_runtime() -> None:
-    """Adjust verl 0.9.1 for CPU training in this process (idempotent). See ``patches/``.
+    """Adjust verl 0.9.1 for CPU training in this process (idempotent). See ``patches/`` for 1-4.
 
     1. Process groups: verl builds the backend string ``cpu:gloo,<device>:<backend>``, which on the CPU
        platform names the CPU twice and torch rejects it; on CPU the group uses ``gloo`` alone.
@@ -62,6 +65,8 @@ def apply_cpu_runtime() -> None:
     3. The reference model's FSDP2 offload policy pins host memory, which needs an accelerator; on CPU
        the parameters already live in host memory, so it is created unpinned.
     4. Torch threads: :func:`cpu_threads` instead of the one thread Ray's ``OMP_NUM_THREADS=1`` gives.
+    5. verl's vLLM rollout, for runs that select it: :func:`~verl_isocompute.cpu.vllm_cpu.apply_vllm_cpu_runtime`;
+       and the record of the shared memory the run creates, removed when it ends (:mod:`verl_isocompute.cpu.shm`).
     """
     global _runtime_applied
     if _runtime_applied:
@@ -102,4 +107,6 @@ def apply_cpu_runtime() -> None:
         return CPUOffloadPolicy(*args, **kwargs)
 
     transformer_impl.CPUOffloadPolicy = unpinned_offload_policy
+    apply_vllm_cpu_runtime()
+    record_shared_memory()
     _runtime_applied = True

