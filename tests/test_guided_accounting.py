@@ -233,3 +233,20 @@ def test_fit_can_count_c_with_curation_for_both_arms(tmp_path):
     spent = (both["C"] - both["C_plain"]).groupby(both["n"]).unique()
     assert {n: list(v) for n, v in spent.items()} == {16: [2e5], 64: [7e5], 256: [0.0]}
     assert any(note.startswith("no spend logged") for note in notes)
+
+
+def test_the_trainer_reads_the_guided_block_as_the_schema_does(tmp_path, tiny_model_path, monkeypatch):
+    """Under main_ppo the trainer builds the mixture from the resolved config, where YAML may give ``copies=2.0``:
+    it is read as the schema reads it (2), as our entry point's check does (it was a TypeError in range())."""
+    from test_stock_entry import compose_stock
+
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)
+    frame(6).to_parquet(tmp_path / "train.parquet")
+    frame(3).to_parquet(tmp_path / "val.parquet")
+    given = [f"isocompute.run_dir={tmp_path}/run", f"actor_rollout_ref.model.path={tiny_model_path}",
+             f"data.train_files={tmp_path}/train.parquet", f"data.val_files={tmp_path}/val.parquet",
+             "isocompute.guided.copies=2.0", "isocompute.guided.fraction=0.6", "isocompute.guided.max_fraction=0.6"]
+    stock = compose_stock("isocompute_hard_guided", given)
+    OmegaConf.resolve(stock)
+    assert stock.isocompute.guided.copies == 2.0 and isinstance(stock.isocompute.guided.copies, float)
+    assert prepare_guided(stock).guided > 6  # more than one guided copy of some problem

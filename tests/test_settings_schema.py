@@ -110,16 +110,20 @@ def test_every_number_is_refused_out_of_range_and_when_not_finite(key, field, tp
         assert _refused(key, wrap(value)).startswith(f"{named}={value!r}: use "), value
     if _base(tp) is int:
         assert _refused(key, wrap(2.5)).startswith(f"{named}=2.5: use a whole number")
+    if not _is_list(tp):  # a list where one number goes: one line (it was an IndexError for optional keys)
+        assert _refused(key, [1, 2]).startswith(f"{key}=[1, 2]: use "), key
 
 
 CHOICES = [row for row in LEAVES if row[1].metadata.get("choices")]
 
 
-@pytest.mark.parametrize(("key", "field"), [(k, f) for k, f, _ in CHOICES], ids=_ids(CHOICES))
-def test_every_word_is_one_of_its_choices(key, field):
+@pytest.mark.parametrize(("key", "field", "tp"), CHOICES, ids=_ids(CHOICES))
+def test_every_word_is_one_of_its_choices(key, field, tp):
     choices = field.metadata["choices"]
     assert all(_read(key, choice) == choice for choice in choices)
-    assert _refused(key, "typo") == f"{key}='typo': use one of {', '.join(choices)}"
+    unset = " or null" if type(None) in get_args(tp) else ""  # an optional key says that null is allowed
+    assert _refused(key, "typo") == f"{key}='typo': use one of {', '.join(choices)}{unset}"
+    assert _refused(key, ["a", "list"]).startswith(f"{key}=['a', 'list']: use one of")  # one line, not a traceback
 
 
 LISTS = [row for row in LEAVES if _is_list(row[2]) and _base(row[2]) is int]

@@ -12,8 +12,15 @@ Pure: no third-party import.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import difflib
+import math
+import types
 from dataclasses import MISSING, Field, field, fields
-from typing import Any
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from verl_isocompute.errors import IsoComputeError
+from verl_isocompute.numeric import integral, yaml_bool, yaml_number
 
 
 # The bounds and choices a field may declare (read by verl_isocompute.training.schema, which checks config values).
@@ -79,3 +86,94 @@ def from_args(cls: type, args: argparse.Namespace, **given: Any) -> Any:
     """The settings ``cls`` from parsed ``args``: each field from the option of the same name, unless ``given``
     (an option whose value needs converting, or whose meaning is the field's inverse)."""
     return cls(**{f.name: given[f.name] if f.name in given else getattr(args, f.name) for f in fields(cls)})
+
+
+class SettingsError(IsoComputeError, ValueError):
+    """A setting that its declared type or limits refuse; the message names the key and the fix."""
+
+
+def check_mapping(block: dict[str, Any], cls: type, path: str) -> Any:
+    """A plain (resolved) mapping as the settings dataclass ``cls``, each field read as its type within the limits
+    :func:`setting` declared (``path``: the dotted key of the mapping, for messages). Booleans are read as YAML
+    reads them (never by truthiness), numbers must be finite, a list-typed field refuses one value, a field with
+    no list type refuses a list, an unknown key is refused naming the nearest known one, a nested settings class
+    is checked the same way, and ``???`` (a mandatory key left unset) reads as None."""
+    if not isinstance(block, dict):
+        raise SettingsError(f"{path}={block!r}: must be a mapping with the keys "
+                            f"{', '.join(f.name for f in dataclasses.fields(cls))}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name in block:
+        if name not in fields:
+            nearest = difflib.get_close_matches(str(name), fields, n=1, cutoff=0.0)
+            raise SettingsError(f"unknown key {path}.{name}: did you mean {path}.{nearest[0]}? (the keys of {path}: "
+                                f"{', '.join(fields)})")
+    hints = get_type_hints(cls)
+    values = {}
+    for name, value in block.items():
+        tp = hints[name]
+        if dataclasses.is_dataclass(tp):
+            values[name] = check_mapping({} if value is None else value, tp, f"{path}.{name}")
+        else:
+            values[name] = _value(f"{path}.{name}", None if value == "???" else value, tp, fields[name].metadata)
+    return cls(**values)
+
+
+def _value(key: str, value: Any, tp: Any, limits: dict[str, Any]) -> Any:
+    """``value`` as the type ``tp`` within ``limits``, or a SettingsError naming ``key``."""
+    if get_origin(tp) in (Union, types.UnionType):
+        members = [t for t in get_args(tp) if t is not type(None)]
+        if value is None and len(members) < len(get_args(tp)):
+            return None
+        lists = [t for t in members if get_origin(t) is tuple]
+        scalars = [t for t in members if get_origin(t) is not tuple]
+        chosen = lists if (isinstance(value, (list, tuple)) and lists) or not scalars else scalars
+        nullable = {**limits, "nullable": len(members) < len(get_args(tp))}
+        return _value(key, value, chosen[0], nullable)
+    if get_origin(tp) is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise SettingsError(f"{key}={value!r} is one value where a list is expected: write {key}=[{value}] "
+                                "(or a longer list)")
+        return tuple(_value(f"{key}[{i}]", item, get_args(tp)[0], limits) for i, item in enumerate(value))
+    if value is None:
+        raise SettingsError(f"{key} must be set: it has no unset value ({_expected(tp, limits)})")
+    if tp is bool:
+        try:
+            return yaml_bool(value)
+        except ValueError as exc:
+            raise SettingsError(f"{key}={value!r}: {exc}") from None
+    if tp is str:
+        if not isinstance(value, str):
+            raise SettingsError(f"{key}={value!r}: use {_expected(tp, limits)}")
+        if "choices" in limits and value not in limits["choices"]:
+            raise SettingsError(f"{key}={value!r}: use {_expected(tp, limits)}")
+        return value
+    return _number(key, value, tp, limits)
+
+
+def _number(key: str, value: Any, tp: type, limits: dict[str, Any]) -> int | float:
+    """``value`` as a finite int or float within ``limits`` (a whole number for ``int``), or a SettingsError."""
+    number = yaml_number(value)  # YAML 1.1 reads 1e6 (no dot) as a string
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+        raise SettingsError(f"{key}={value!r}: use {_expected(tp, limits)}")
+    if tp is int:
+        number = integral(number)
+        if not isinstance(number, int):
+            raise SettingsError(f"{key}={value!r}: use {_expected(tp, limits)}")
+    low, high = limits.get("minimum"), limits.get("maximum")
+    above, below = limits.get("above"), limits.get("below")
+    if (low is not None and number < low) or (high is not None and number > high) \
+            or (above is not None and number <= above) or (below is not None and number >= below):
+        raise SettingsError(f"{key}={value!r} is out of range: use {_expected(tp, limits)}")
+    return number
+
+
+def _expected(tp: Any, limits: dict[str, Any]) -> str:
+    """What a field takes, in words: "a whole number >= 2", "a finite number >= 0 and < 0.5", "one of a, b"."""
+    if "choices" in limits:
+        return f"one of {', '.join(limits['choices'])}" + (" or null" if limits.get("nullable") else "")
+    if tp is str:
+        return "a text"
+    what = "a whole number" if tp is int else "a finite number"
+    bounds = [f"{sign} {limits[name]:g}" for name, sign in (("minimum", ">="), ("above", ">"), ("maximum", "<="),
+                                                              ("below", "<")) if limits.get(name) is not None]
+    return f"{what} {' and '.join(bounds)}".rstrip()

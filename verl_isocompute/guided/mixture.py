@@ -43,7 +43,7 @@ from verl_isocompute.guided.placement import (
 )
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION
 from verl_isocompute.numeric import yaml_bool
-from verl_isocompute.settings import setting
+from verl_isocompute.settings import check_mapping, setting
 from verl_isocompute.training.conf import files
 
 # Keys of isocompute.guided that are not GuideConfig (how rows are made).
@@ -298,7 +298,8 @@ def prepare_guided(cfg) -> GuidedDataset | None:
     if not yaml_bool(block.get(ENABLE, False)):
         return None
     known = {f.name for f in fields(GuideConfig)}
-    options = GuideConfig(**{k: v for k, v in block.items() if k in known})
+    # read as the schema reads it (copies=2.0 is 2), whoever calls: our entry point or the trainer under main_ppo
+    options = check_mapping({k: v for k, v in block.items() if k in known}, GuideConfig, "isocompute.guided")
     paths = files(cfg, "data.train_files")
     out = mixture_path(cfg)
     if paths == [str(out)]:

@@ -32,31 +32,22 @@ its own (a resolver, a hook) goes through :func:`verl_isocompute.training.conf.f
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import math
-import types
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, get_type_hints
 
 from omegaconf import DictConfig, OmegaConf
 
 from verl_isocompute.cpu.dtype import DTYPE_CHOICES
 from verl_isocompute.cpu.models import MODEL_NAMES
 from verl_isocompute.data.arithmetic import PROMPT_STYLES, TASKS
-from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.guided.mixture import GuideConfig
-from verl_isocompute.numeric import integral, yaml_bool, yaml_number
 from verl_isocompute.scaling.allocation import AllocationConfig
-from verl_isocompute.settings import setting
+from verl_isocompute.settings import SettingsError, check_mapping, setting
 from verl_isocompute.training.answers import ANSWER_SETTINGS, AUTO
 from verl_isocompute.training.lr import B_REF, BASE_LR, RULES, WARMUP_STEPS
 from verl_isocompute.training.names import DATA_SOURCES, OFF, PLATFORM_NAME, ZERO_VARIANCE_MODES
 
 ROOT = "isocompute"
 _NEEDS_HELP = "set by the piece to ${isocompute.needs_trainer:...}: an error, not a silent no-op, without our trainer"
-
-
-class SettingsError(IsoComputeError, ValueError):
-    """A value of the ``isocompute:`` block that its schema refuses; the message names the key and the fix."""
 
 
 def _needs() -> Any:
@@ -228,82 +219,6 @@ def check_settings(cfg: DictConfig) -> IsoComputeSettings:
 
 
 def check_block(block: dict[str, Any], cls: type = IsoComputeSettings, path: str = ROOT) -> Any:
-    """A plain (resolved) mapping as the settings class ``cls``: the check of :func:`check_settings`."""
-    if not isinstance(block, dict):
-        raise SettingsError(f"{path}={block!r}: must be a mapping with the keys "
-                            f"{', '.join(f.name for f in dataclasses.fields(cls))}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for name in block:
-        if name not in fields:
-            nearest = difflib.get_close_matches(str(name), fields, n=1, cutoff=0.0)
-            raise SettingsError(f"unknown key {path}.{name}: did you mean {path}.{nearest[0]}? (the keys of {path}: "
-                                f"{', '.join(fields)})")
-    hints = get_type_hints(cls)
-    values = {}
-    for name, value in block.items():
-        tp = hints[name]
-        if dataclasses.is_dataclass(tp):
-            values[name] = check_block({} if value is None else value, tp, f"{path}.{name}")
-        else:
-            values[name] = _value(f"{path}.{name}", None if value == "???" else value, tp, fields[name].metadata)
-    return cls(**values)
-
-
-def _value(key: str, value: Any, tp: Any, limits: dict[str, Any]) -> Any:
-    """``value`` as the type ``tp`` within ``limits``, or a SettingsError naming ``key``."""
-    if get_origin(tp) in (Union, types.UnionType):
-        members = [t for t in get_args(tp) if t is not type(None)]
-        if value is None and len(members) < len(get_args(tp)):
-            return None
-        lists = [t for t in members if get_origin(t) is tuple]
-        scalars = [t for t in members if get_origin(t) is not tuple]
-        chosen = lists if isinstance(value, (list, tuple)) or not scalars else scalars
-        return _value(key, value, chosen[0], limits)
-    if get_origin(tp) is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise SettingsError(f"{key}={value!r} is one value where a list is expected: write {key}=[{value}] "
-                                "(or a longer list)")
-        return tuple(_value(f"{key}[{i}]", item, get_args(tp)[0], limits) for i, item in enumerate(value))
-    if value is None:
-        raise SettingsError(f"{key} must be set: it has no unset value ({_expected(tp, limits)})")
-    if tp is bool:
-        try:
-            return yaml_bool(value)
-        except ValueError as exc:
-            raise SettingsError(f"{key}={value!r}: {exc}") from None
-    if tp is str:
-        if not isinstance(value, str):
-            raise SettingsError(f"{key}={value!r}: use {_expected(tp, limits)}")
-        if "choices" in limits and value not in limits["choices"]:
-            raise SettingsError(f"{key}={value!r}: use one of {', '.join(limits['choices'])}")
-        return value
-    return _number(key, value, tp, limits)
-
-
-def _number(key: str, value: Any, tp: type, limits: dict[str, Any]) -> int | float:
-    """``value`` as a finite int or float within ``limits`` (a whole number for ``int``), or a SettingsError."""
-    number = yaml_number(value)  # YAML 1.1 reads 1e6 (no dot) as a string
-    if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
-        raise SettingsError(f"{key}={value!r}: use {_expected(tp, limits)}")
-    if tp is int:
-        number = integral(number)
-        if not isinstance(number, int):
-            raise SettingsError(f"{key}={value!r}: use {_expected(tp, limits)}")
-    low, high = limits.get("minimum"), limits.get("maximum")
-    above, below = limits.get("above"), limits.get("below")
-    if (low is not None and number < low) or (high is not None and number > high) \
-            or (above is not None and number <= above) or (below is not None and number >= below):
-        raise SettingsError(f"{key}={value!r} is out of range: use {_expected(tp, limits)}")
-    return number
-
-
-def _expected(tp: Any, limits: dict[str, Any]) -> str:
-    """What a field takes, in words: "a whole number >= 2", "a finite number >= 0 and < 0.5", "one of a, b"."""
-    if "choices" in limits:
-        return f"one of {', '.join(limits['choices'])}"
-    if tp is str:
-        return "a text"
-    what = "a whole number" if tp is int else "a finite number"
-    bounds = [f"{sign} {limits[name]:g}" for name, sign in (("minimum", ">="), ("above", ">"), ("maximum", "<="),
-                                                              ("below", "<")) if limits.get(name) is not None]
-    return f"{what} {' and '.join(bounds)}".rstrip()
+    """A plain (resolved) mapping as the settings class ``cls`` (default: the whole block), as
+    :func:`verl_isocompute.settings.check_mapping` reads it: the check of :func:`check_settings`."""
+    return check_mapping(block, cls, path)
