@@ -114,3 +114,18 @@ def test_problem_counts_one_record_per_problem_with_its_stable_label():
 def test_a_reward_without_flags_gets_no_format_metrics():
     samples, _ = validation_samples(["a"], ["s"], [1.0], default_n=1)
     assert not format_metrics.has_flags(samples)
+
+
+def test_a_users_reward_function_without_the_answer_keyword_is_refused_before_ray(tmp_path):
+    """The recipes pass ``answer`` to the reward function; one written to verl's documented signature (no
+    ``**kwargs``) would fail in every reward worker, so it is refused in one line naming both fixes."""
+    (tmp_path / "plain.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                       "    return 0.0\n")
+    (tmp_path / "kw.py").write_text("def compute_score(data_source, solution_str, ground_truth, **kwargs):\n"
+                                    "    return 0.0\n")
+    base = ["+platform=cpu", "isocompute.model=tiny", f"isocompute.run_dir={tmp_path}/run"]
+    path = f"reward.custom_reward_function.path={tmp_path}/plain.py"
+    with pytest.raises(RecipeError, match=r"takes no keyword 'answer'.*~reward\.custom_reward_function\.reward_kwargs\.answer"):
+        check_config(compose_recipe("isocompute_hard", [*base, path]))
+    check_config(compose_recipe("isocompute_hard", [*base, path, "~reward.custom_reward_function.reward_kwargs.answer"]))
+    check_config(compose_recipe("isocompute_hard", [*base, f"reward.custom_reward_function.path={tmp_path}/kw.py"]))

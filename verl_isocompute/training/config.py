@@ -254,6 +254,7 @@ def check_config(cfg: DictConfig) -> list[str]:
             select(cfg, key)
         check_reuse(cfg)
         answers.answer_mode(select(cfg, answers.REWARD_KWARG), None)  # a known value, before verl's reward workers start
+        check_reward_function(cfg)
     except RecipeError:
         raise
     except InterpolationResolutionError as exc:
@@ -274,6 +275,39 @@ def check_settings(cfg: DictConfig) -> schema.IsoComputeSettings:
         raise _resolver_error(exc) from None
     except schema.SettingsError as exc:
         raise RecipeError(str(exc)) from None
+
+
+OUR_REWARD = "pkg://verl_isocompute.training.reward"
+
+
+def check_reward_function(cfg: DictConfig) -> None:
+    """A user's reward function (``reward.custom_reward_function.path``) must take the ``answer`` keyword the
+    recipes pass (``reward_kwargs.answer``, from ``isocompute.reward.answer``): verl calls it with every reward
+    kwarg, and a function written to verl's documented signature, with no ``**kwargs``, would fail in every
+    reward worker. A module that does not load is left to verl, which names the problem itself."""
+    import importlib
+    import importlib.util
+    import inspect
+
+    path, name = select(cfg, "reward.custom_reward_function.path"), select(cfg, "reward.custom_reward_function.name")
+    if not path or path == OUR_REWARD or select(cfg, answers.REWARD_KWARG) is None:
+        return
+    try:
+        if path.startswith("pkg://"):
+            module = importlib.import_module(path[len("pkg://"):])
+        else:
+            spec = importlib.util.spec_from_file_location("_isocompute_user_reward", os.path.expanduser(path))
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        params = inspect.signature(getattr(module, name or "compute_score")).parameters.values()
+    except Exception:  # noqa: BLE001 - verl loads it again in the reward workers and reports what is wrong
+        return
+    if any(p.kind is p.VAR_KEYWORD or p.name == "answer" for p in params):
+        return
+    raise RecipeError(f"reward.custom_reward_function.path={path}: its {name} takes no keyword 'answer', which the "
+                      f"recipe passes it ({answers.REWARD_KWARG}, isocompute.reward.answer's grading for our own "
+                      "reward); drop it with ~reward.custom_reward_function.reward_kwargs.answer, or give the "
+                      "function **kwargs")
 
 
 def _resolver_error(exc: Exception) -> RecipeError:
