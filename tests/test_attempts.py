@@ -141,3 +141,7 @@ def test_a_resume_keeps_the_per_problem_validations_up_to_the_checkpoint(tmp_pat
     writer.append([{"step": 4, "problem": "1"}])
     writer.resume(2)
     assert [json.loads(line)["step"] for line in (tmp_path / VAL_PROBLEMS).read_text().splitlines()] == [0, 0, 2]
+    # resumed from step 2 with validation before training: step 2 is validated again and replaces its records
+    writer.append([{"step": 2, "problem": "1", "correct": 3}])
+    lines = [json.loads(line) for line in (tmp_path / VAL_PROBLEMS).read_text().splitlines()]
+    assert [r["step"] for r in lines] == [0, 0, 2] and lines[-1]["correct"] == 3

@@ -201,6 +201,13 @@ class ValidationProblemsWriter:
         self.path = Path(run_dir) / VAL_PROBLEMS
 
     def append(self, records: list[dict[str, Any]]) -> None:
+        """Add one validation's records; an earlier validation of the same step is replaced (a run resumed from
+        step N validates step N again before training)."""
+        steps = {r.get("step") for r in records}
+        if self.path.is_file():
+            old = read_jsonl(self.path).dicts()
+            if any(r.get("step") in steps for r in old):
+                write_jsonl(self.path, [r for r in old if r.get("step") not in steps])
         with JsonlAppender(self.path) as out:
             out.append(*records)
 
