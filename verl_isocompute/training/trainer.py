@@ -297,8 +297,11 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunLogWriterMixin, PhaseAnnouncer,
 
     # -- validation ----------------------------------------------------------------------------------
     def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns, expected_acc_counts=None):
+        # verl's bootstrap of best/worst/majority over every extra key would add ~1000 resamples per problem for each
+        # format flag, and log them again as val-aux: the flags are ours to summarise (format_metrics)
+        verls = {key: values for key, values in reward_extra_infos_dict.items() if key not in format_metrics.REWARD_KEYS}
         metric_dict = super()._val_metrics_update(
-            data_sources, sample_uids, reward_extra_infos_dict, sample_turns, expected_acc_counts=expected_acc_counts
+            data_sources, sample_uids, verls, sample_turns, expected_acc_counts=expected_acc_counts
         )
         scores = reward_extra_infos_dict["reward"]
         acc = reward_extra_infos_dict.get("acc") or [None] * len(scores)
