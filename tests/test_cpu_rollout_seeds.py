@@ -57,3 +57,17 @@ def test_a_prompts_samples_do_not_change_with_its_batch(runs):
     assert second[8:12] == first[0:4]  # P's four samples, in the same order
     assert second[4:8] == first[4:8]  # Q's
     assert len({tuple(t) for t in first[0:4]}) > 1  # each sample of a prompt has its own draws
+
+
+def test_a_caller_given_sample_number_is_used_and_counts_nothing(tiny_model_path):
+    """``sampling_params["seed"]`` (vLLM's per-request key) numbers a sample itself: on a fresh server (a resumed
+    curation) sample 5 is sample 5, not the prompt's first sample again, and it leaves the server's count alone."""
+    async def go():
+        counted = await _wave(_server(tiny_model_path, 3), [P] * 6, reverse=False)
+        fresh = _server(tiny_model_path, 3)
+        fifth = (await fresh.generate(P, {**PARAMS, "seed": 5}, "c5", priority=0)).token_ids
+        first = (await fresh.generate(P, dict(PARAMS), "c0", priority=0)).token_ids
+        return counted, fifth, first
+
+    counted, fifth, first = asyncio.run(go())
+    assert fifth == counted[5] and first == counted[0] and fifth != first

@@ -71,6 +71,7 @@ class _Request:
     params: SamplingParams
     future: asyncio.Future
     priority: int  # the sample's row in verl's batch: orders a prompt's samples
+    index: Optional[int] = None  # the caller's number for this sample (sampling_params["seed"]), else counted
     seed: int = 0  # set when its wave is numbered
 
 
@@ -145,6 +146,9 @@ class HFRolloutServer:
                 "raise data.max_prompt_length/rollout.response_length or shorten prompts"
             )
         sp = dict(sampling_params)
+        # vLLM's per-request seed: a caller that numbers its own samples (curation's rounds, across a resume) keeps
+        # them apart; verl's agent loop sends none, and the server counts a prompt's samples itself
+        index = sp.pop("seed", None)
         max_tokens = sp.pop("max_tokens", None) or sp.pop("max_new_tokens", None)
         if max_tokens is None:
             max_tokens = min(
@@ -158,7 +162,7 @@ class HFRolloutServer:
             ignore_eos=bool(sp.get("ignore_eos", False)),
         )
         future = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(prompt_ids, params, future, int(priority)))
+        self._pending.append(_Request(prompt_ids, params, future, int(priority), None if index is None else int(index)))
         if self._batcher is None or self._batcher.done():
             self._batcher = asyncio.create_task(self._run_batches())
         out = await future
@@ -179,9 +183,12 @@ class HFRolloutServer:
             taken, self._pending = sorted(self._pending, key=lambda r: r.priority), []
             groups: dict[tuple, list] = {}
             for request in taken:
-                key = (tuple(request.prompt_ids), request.params)
-                request.seed = sequence_seed(self.seed, request.prompt_ids, self._samples_of[key])
-                self._samples_of[key] += 1
+                if request.index is not None:
+                    request.seed = sequence_seed(self.seed, request.prompt_ids, request.index)
+                else:
+                    key = (tuple(request.prompt_ids), request.params)
+                    request.seed = sequence_seed(self.seed, request.prompt_ids, self._samples_of[key])
+                    self._samples_of[key] += 1
                 groups.setdefault(request.params.group_key, []).append(request)
             for items in groups.values():
                 for start in range(0, len(items), self.max_num_seqs):

@@ -139,8 +139,12 @@ class KSampler:
         server = self.replicas[index % len(self.replicas)].server_handle
         n = self.k if n is None else n
         request = problem.get("request_id", f"curate-{problem['problem_id']}")  # unique among requests in flight
+        # each sample numbered by (rollout seed, round, i), so a resumed curation's rounds draw new samples, not
+        # its first ones again (the hf server hashes it with the prompt; vLLM takes it as the request's seed)
+        base = int(self.cfg.actor_rollout_ref.rollout.get("seed") or 0) << 40
         outputs = await asyncio.gather(*[
-            server.generate.remote(prompt_ids=prompt_ids, sampling_params=dict(self.sampling_params),
+            server.generate.remote(prompt_ids=prompt_ids,
+                                   sampling_params={**self.sampling_params, "seed": base + (round_ << 20) + i},
                                    request_id=f"{request}-{round_}-{i}")
             for i in range(n)
         ])
