@@ -130,7 +130,7 @@ def preflight(plan: Plan) -> Preflight:
         if unfittable:
             raise PlanError(
                 f"{where}{' and '.join(f'{key}.enable=true' for key in unfittable)}: a pilot sweep's cells are fitted "
-                "one curve per n, and `isocompute fit` leaves out runs whose n varies; drop it from the plan's "
+                "one curve per n, and `isocompute fit` refuses runs whose n varies; drop it from the plan's "
                 "overrides (compare such a run with the fitted curve at equal C: benchmarks/bench_adaptive.py)")
     return Preflight(cfg, size, batch_check(cfg))
 
