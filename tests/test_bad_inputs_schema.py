@@ -113,10 +113,10 @@ def test_verl_main_ppo_preflight_refuses_a_bad_key_in_one_line(capsys):
     pytest.param(SCHEDULE, "isocompute.schedule.enable=true", id="schedule"),
     pytest.param(PER_PROMPT, "isocompute.per_prompt_n.enable=true", id="per-prompt n"),
 ])
-def test_the_dry_run_refuses_cells_fit_would_leave_out(tmp_path, monkeypatch, capsys, overrides, key):
+def test_the_dry_run_refuses_cells_fit_would_refuse(tmp_path, monkeypatch, capsys, overrides, key):
     rc, out, err = _dry_run(tmp_path, monkeypatch, capsys, _plan(overrides))
-    _check(rc, out, err, 2, f"{key}: a pilot sweep's cells are fitted one curve per n, and `isocompute fit` leaves "
-           "out runs whose n varies; drop it from the plan's overrides", "isocompute sweep")
+    _check(rc, out, err, 2, f"{key}: a pilot sweep's cells are fitted one curve per n, and `isocompute fit` refuses "
+           "runs whose n varies; drop it from the plan's overrides", "isocompute sweep")
 
 
 @pytest.mark.parametrize("overrides", [
