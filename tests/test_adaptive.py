@@ -176,15 +176,16 @@ def test_evicted_groups_that_spend_the_budget_make_the_step_the_last_with_its_ch
     trainer._end_at_spent_budget()
     assert trainer.total_training_steps == 1
     assert (trainer.config.trainer.save_freq, trainer.config.trainer.test_freq) == (1, -1)  # -1: verl never validates
-    row = trainer._adaptive_row({})
+    row = trainer._adaptive_row(1, {})
     assert (row["budget_rollouts"], row["rollouts_over_budget"]) == (48, 16)  # at most the 48 evicted rollouts
+    assert "rollouts_over_budget" not in trainer._adaptive_row(0, {})  # the row before training: no budget record
     trainer._adaptive_step_end(1)
     assert (trainer.config.trainer.save_freq, trainer.config.trainer.test_freq) == (100, -1)
     # a step whose evictions leave room for another changes nothing, and its row has no budget record
     trainer.total_training_steps, trainer.compute.rollouts, trainer.config.trainer.test_freq = 3, 24, 100
     trainer._end_at_spent_budget()
     assert trainer.total_training_steps == 3 and trainer.config.trainer.test_freq == 100
-    assert "rollouts_over_budget" not in trainer._adaptive_row({})
+    assert "rollouts_over_budget" not in trainer._adaptive_row(1, {})
 
 
 def test_the_header_carries_step_ones_n_and_lr_under_the_schedule_and_the_configs_without(curve_file):

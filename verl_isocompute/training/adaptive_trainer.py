@@ -161,7 +161,7 @@ class AdaptiveTrainerMixin:
         record = self.adaptive.end_step()
         return record.evicted_groups, record.evicted_rollouts
 
-    def _adaptive_row(self, metrics: dict) -> dict:
+    def _adaptive_row(self, step: int, metrics: dict) -> dict:
         """Run-log fields of a step: the n_i distribution, the schedule's n*(c) and peak lr, and on the run's last
         step the budget and the rollouts C passed it by."""
         out = {}
@@ -169,7 +169,7 @@ class AdaptiveTrainerMixin:
             out["group_n_hist"] = AdaptiveN.histogram(self._step_ns)
         if self.adaptive is not None and self.adaptive.plan is not None:
             out["n_star"], out["peak_lr"] = self.adaptive.plan.n_star, self.adaptive.plan.peak_lr
-            if self.global_steps >= self.total_training_steps:
+            if step >= self.total_training_steps > 0 and step > 0:  # the last training row, never step 0's
                 out.update(self.adaptive.schedule.budget_end(self.compute.rollouts))
         self._step_ns = []
         return out

@@ -114,7 +114,7 @@ class RunLogWriterMixin:
             row["lr"] = metrics.get("actor/lr")
             row["train/reward"] = metrics.get("critic/score/mean")
             row.update({key: metrics[key] for key in RUN_LOG_METRICS if key in metrics})
-            row.update(self._adaptive_row(metrics))
+            row.update(self._adaptive_row(step, metrics))
         row.update(self._val_info)
         return row
 
