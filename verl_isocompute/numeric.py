@@ -53,7 +53,8 @@ def as_count(value: Any, minimum: int = 1) -> int | None:
     return value
 
 
-# YAML 1.1's booleans (PyYAML reads them so in a file), with 1 / 0 as OmegaConf's BooleanNode takes them.
+# The YAML 1.1 spec's boolean words, in any case (PyYAML itself reads only some of them), with 1 / 0 as
+# OmegaConf's BooleanNode takes them.
 _TRUE = frozenset({"true", "yes", "y", "on", "1"})
 _FALSE = frozenset({"false", "no", "n", "off", "0"})
 

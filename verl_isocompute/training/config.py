@@ -199,9 +199,9 @@ def _registered_estimators() -> set[str]:
 
 def check_trainer_settings(cfg: DictConfig) -> None:
     """What the isocompute trainer (``trainer.v1.trainer_mode=isocompute``) needs of the config; it checks them
-    itself too, for runs verl's main_ppo started: a known zero-variance mode, one actor update per step, the
-    warm-up schedule of :func:`check_warmup_schedule`, and one mini-batch per step when a seq-mean loss
-    drops rows (the zero-variance mode's values: the schema's)."""
+    itself too, for runs verl's main_ppo started: one actor update per step, the warm-up schedule of
+    :func:`check_warmup_schedule`, and one mini-batch per step when a seq-mean loss drops rows (the zero-variance
+    mode's values are the schema's to check)."""
     mode = select(cfg, "isocompute.zero_variance.mode", default=OFF)
     # Update k is global step k (the rate the trainer logs, and the seed of the decoupled subset, rely on it).
     v1 = cfg.trainer.v1
