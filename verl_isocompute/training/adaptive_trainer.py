@@ -169,7 +169,7 @@ class AdaptiveTrainerMixin:
             out["group_n_hist"] = AdaptiveN.histogram(self._step_ns)
         if self.adaptive is not None and self.adaptive.plan is not None:
             out["n_star"], out["peak_lr"] = self.adaptive.plan.n_star, self.adaptive.plan.peak_lr
-            if step >= self.total_training_steps > 0 and step > 0:  # the last training row, never step 0's
+            if 0 < self.total_training_steps <= step:  # the last training row (step 0 is never past a total > 0)
                 out.update(self.adaptive.schedule.budget_end(self.compute.rollouts))
         self._step_ns = []
         return out
