@@ -404,11 +404,7 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from verl_isocompute.commands.cli import run_command
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return run_command("bench_adaptive", run, parser.parse_args(argv))
+    return bench_learning.script_main("bench_adaptive", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from verl_isocompute.errors import IsoComputeError
 
@@ -170,13 +171,15 @@ def curate(args) -> Path:
     return out
 
 
-def train_command(args, run_dir: Path) -> list[str]:
-    """The training run's command line: the recipe on the curated Easy set, validated on ``--split``."""
+def train_command(args, run_dir: Path, files: tuple[Path, Path] | None = None) -> list[str]:
+    """The training run's command line: the recipe on the curated Easy set, validated on ``--split`` (or on the
+    ``files`` given: training, validation)."""
     sets = args.out / "curated" / "sets" / "easy"
+    train_file, val_file = files or (sets / "train.parquet", sets / f"{args.split}.parquet")
     return [
         sys.executable, "-m", "verl_isocompute.main", "--config-name", args.recipe, "+platform=cpu",
         "isocompute.model=smollm2", f"isocompute.cpu.dtype={args.dtype}", "isocompute.reuse_rollout_log_probs=true",
-        f"data.train_files={(sets / 'train.parquet').absolute()}", f"data.val_files={(sets / f'{args.split}.parquet').absolute()}",
+        f"data.train_files={Path(train_file).absolute()}", f"data.val_files={Path(val_file).absolute()}",
         f"data.train_batch_size={args.b_problem}", f"actor_rollout_ref.rollout.n={args.n}",
         f"data.max_response_length={args.max_response_length}", f"data.max_prompt_length={args.max_prompt_length}",
         f"trainer.total_training_steps={args.steps}", f"trainer.test_freq={args.test_freq}", "trainer.total_epochs=100",
@@ -198,14 +201,15 @@ def check_command(cmd: list[str]) -> None:
     check_run(cmd[4], cmd[5:])
 
 
-def train(args, run_dir: Path | None = None) -> Path:
-    """One training run of the recipe, validated on ``--split``; writes ``learning_run.json`` (command, wall time).
-    ``run_dir``: where (default ``--out``/``--run``); a run that has its ``learning_run.json`` is skipped."""
+def train(args, run_dir: Path | None = None, files: tuple[Path, Path] | None = None) -> Path:
+    """One training run of the recipe, validated on ``--split`` (or on ``files``, as :func:`train_command`); writes
+    ``learning_run.json`` (command, wall time). ``run_dir``: where (default ``--out``/``--run``); a run that has its
+    ``learning_run.json`` is skipped."""
     run_dir = (run_dir or args.out / (args.run or f"train-{args.split}")).absolute()
     if (run_dir / "learning_run.json").is_file():
         print(f"{run_dir} is already done (remove it to run again)")
         return run_dir
-    cmd = train_command(args, run_dir)
+    cmd = train_command(args, run_dir, files)
     run_dir.mkdir(parents=True, exist_ok=True)
     print("$", " ".join(cmd), flush=True)
     started = time.time()
@@ -385,12 +389,17 @@ def run(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def script_main(prog: str, doc: str, add: Callable, run: Callable, argv: list[str] | None) -> int:
+    """A bench script's command line: ``--help`` from its docstring, errors as the ``isocompute`` commands report them."""
     from verl_isocompute.commands.cli import run_command
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return run_command(PROG, run, parser.parse_args(argv))
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add(parser)
+    return run_command(prog, run, parser.parse_args(argv))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return script_main(PROG, __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -105,3 +105,14 @@ def test_products_task_multiplies_its_operands(tmp_path):
     assert spec.name != ArithmeticConfig(min_terms=3, max_terms=3, prompt="worked_example").name
     with pytest.raises(ValueError, match="isocompute.data.task='sums'"):
         ArithmeticConfig(task="sums")
+
+
+def test_own_tasks_refuse_the_size_knobs_they_ignore():
+    """two_digit_sums / two_digit_products fix their numbers' sizes: a digits or terms setting would be ignored
+    silently, so it is refused (and the set's name differs from the reasoning-gym tasks')."""
+    from verl_isocompute.data.arithmetic import ArithmeticConfig
+
+    for knob in ({"max_digits": 3}, {"min_terms": 3, "max_terms": 3}, {"operators": "+"}, {"allow_parentheses": False}):
+        with pytest.raises(ValueError, match=f"task=two_digit_sums: .*{next(iter(knob))}"):
+            ArithmeticConfig(task="two_digit_sums", **knob)
+    assert "two_digit_products" in ArithmeticConfig(task="two_digit_products", prompt="worked_example").name

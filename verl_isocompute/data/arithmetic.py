@@ -26,9 +26,20 @@ INSTRUCTION = "Solve the problem. Put the final answer in \\boxed{}."
 PROMPT_STYLES = ("instruction", "worked_example")
 # reasoning-gym generators: sums and differences ("Calculate 7 - 2."), or products only ("Solve the following
 # multiplication: 3 * 4. Give only the result as your final answer."; operands 0..9 with one digit)
-TASKS = ("basic_arithmetic", "products")
+# Our own two tasks whose problems share no answer-determining fact (data/facts.py): two-digit sums
+# ("Calculate 47 + 38.") and two-digit by one-digit products ("Calculate 23 * 7."), the evidence's tasks
+# (docs/EVIDENCE.md): each problem is a fact of its own, so a held-out problem cannot be recalled from training.
+OWN_TASKS = ("two_digit_sums", "two_digit_products")
+TASKS = ("basic_arithmetic", "products", *OWN_TASKS)
 # The one solved problem the worked_example style shows first (question, answer turn).
 WORKED_EXAMPLE = ("Calculate 7 - 2.", "7 - 2 = 5. The answer is \\boxed{5}.")
+# Per task, an example of the same task (the own tasks' generators never draw its fact).
+WORKED_EXAMPLES = {
+    "basic_arithmetic": WORKED_EXAMPLE,
+    "products": WORKED_EXAMPLE,
+    "two_digit_sums": ("Calculate 25 + 14.", "25 + 14 = 39. The answer is \\boxed{39}."),
+    "two_digit_products": ("Calculate 12 * 3.", "12 * 3 = 36. The answer is \\boxed{36}."),
+}
 
 
 # The settings classes' one suffix (0.2): the old name works for one release.
@@ -63,6 +74,12 @@ class ArithmeticConfig:
             raise ValueError(f"isocompute.data.prompt={self.prompt!r}: use one of {', '.join(PROMPT_STYLES)}")
         if not self.operators or set(self.operators) - set("+-*/"):
             raise ValueError(f"isocompute.data.operators={self.operators!r}: use some of + - * /")
+        if self.task in OWN_TASKS:  # their sizes are part of the task: a knob set here would be ignored
+            knobs = ("min_terms", "max_terms", "min_digits", "max_digits", "operators", "allow_parentheses")
+            changed = [k for k in knobs if getattr(self, k) != type(self).__dataclass_fields__[k].default]
+            if changed:
+                raise ValueError(f"isocompute.data.task={self.task}: its numbers have fixed sizes, so "
+                                 f"{', '.join(changed)} do not apply; leave them unset")
 
     @property
     def name(self) -> str:
@@ -84,10 +101,39 @@ class ArithmeticConfig:
 DISTINCT_FACTS_OVERDRAW = 8
 
 
+def own_task_problems(task: str, size: int, seed: int) -> list[dict]:
+    """``size`` problems of one of :data:`OWN_TASKS`, seeded, each with a fact no other shares, none the worked
+    example's: sums of two numbers in 10..99, or a number in 10..99 times one in 2..9 (x0 and x1 would be trivial
+    facts). Raises when the task has fewer facts than asked for (4,095 sums, 720 products)."""
+    from verl_isocompute.data.facts import fact_group
+
+    rng = random.Random(seed)
+    if task == "two_digit_sums":
+        space = [(a, b) for a in range(10, 100) for b in range(a, 100)]
+        op, value = "+", lambda a, b: a + b
+    elif task == "two_digit_products":
+        space = [(a, b) for a in range(10, 100) for b in range(2, 10)]
+        op, value = "*", lambda a, b: a * b
+    else:
+        raise ValueError(f"{task!r} is not one of {OWN_TASKS}")
+    taken = {fact_group(WORKED_EXAMPLES[task][0])}
+    space = [pair for pair in space if fact_group(f"{pair[0]} {op} {pair[1]}") not in taken]
+    if size > len(space):
+        raise ValueError(f"{task} has {len(space)} distinct facts; {size} problems asked for")
+    problems = []
+    for a, b in rng.sample(space, size):
+        if task == "two_digit_sums" and rng.random() < 0.5:
+            a, b = b, a  # either order: the fact is the same
+        problems.append({"question": f"Calculate {a} {op} {b}.", "answer": str(value(a, b))})
+    return problems
+
+
 def _problems(spec: ArithmeticConfig, size: int | None = None) -> list[dict]:
+    size = size or spec.train_size + spec.val_size
+    if spec.task in OWN_TASKS:
+        return own_task_problems(spec.task, size, spec.seed)
     import reasoning_gym
 
-    size = size or spec.train_size + spec.val_size
     settings = dict(size=size * (DISTINCT_FACTS_OVERDRAW if spec.distinct_facts else 1), seed=spec.seed,
                     min_terms=spec.min_terms, max_terms=spec.max_terms, min_digits=spec.min_digits,
                     max_digits=spec.max_digits)
@@ -111,22 +157,23 @@ def _problems(spec: ArithmeticConfig, size: int | None = None) -> list[dict]:
     return distinct[["question", "answer"]].to_dict("records")
 
 
-def chat_prompt(question: str, style: str = "instruction") -> list[dict]:
-    """The chat messages of one problem in a prompt style (:data:`PROMPT_STYLES`)."""
+def chat_prompt(question: str, style: str = "instruction", task: str = "basic_arithmetic") -> list[dict]:
+    """The chat messages of one problem in a prompt style (:data:`PROMPT_STYLES`); the worked example is the
+    task's (:data:`WORKED_EXAMPLES`)."""
     turns = []
     if style == "worked_example":
-        example_question, example_answer = WORKED_EXAMPLE
+        example_question, example_answer = WORKED_EXAMPLES[task]
         turns = [{"role": "user", "content": f"{example_question} {INSTRUCTION}"},
                  {"role": "assistant", "content": example_answer}]
     return [*turns, {"role": "user", "content": f"{question} {INSTRUCTION}"}]
 
 
 def to_verl_row(question: str, answer: str, split: str, index: int, data_source: str = DATA_SOURCE,
-                prompt: str = "instruction") -> dict:
+                prompt: str = "instruction", task: str = "basic_arithmetic") -> dict:
     """One problem as a verl RL-dataset row."""
     return {
         "data_source": data_source,
-        "prompt": chat_prompt(question, prompt),
+        "prompt": chat_prompt(question, prompt, task),
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": answer},
         "extra_info": {"split": split, "index": index, "question": question, "answer": answer},
@@ -144,10 +191,10 @@ def write_arithmetic_dataset(out_dir: Path, spec: ArithmeticConfig = ArithmeticC
     out_dir.mkdir(parents=True, exist_ok=True)
     problems = _problems(spec)
     rows_val = [
-        to_verl_row(p["question"], p["answer"], "val", i, prompt=spec.prompt) for i, p in enumerate(problems[: spec.val_size])
+        to_verl_row(p["question"], p["answer"], "val", i, prompt=spec.prompt, task=spec.task) for i, p in enumerate(problems[: spec.val_size])
     ]
     rows_train = [
-        to_verl_row(p["question"], p["answer"], "train", i, prompt=spec.prompt)
+        to_verl_row(p["question"], p["answer"], "train", i, prompt=spec.prompt, task=spec.task)
         for i, p in enumerate(problems[spec.val_size :])
     ]
     for rows, path in ((rows_train, train), (rows_val, val)):
@@ -162,7 +209,7 @@ def write_problems(path: Path, spec: ArithmeticConfig, size: int) -> Path:
     path = Path(path)
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
-        rows = [to_verl_row(p["question"], p["answer"], "curate", i, prompt=spec.prompt)
+        rows = [to_verl_row(p["question"], p["answer"], "curate", i, prompt=spec.prompt, task=spec.task)
                 for i, p in enumerate(_problems(spec, size))]
         atomic.write_parquet(path, pd.DataFrame(rows))
     return path

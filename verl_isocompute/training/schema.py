@@ -82,7 +82,9 @@ class DataSettings:
     operators: str | None = setting(None, "arithmetic: the operators drawn, some of + - * /")
     allow_parentheses: bool | None = setting(None, "arithmetic: signed, bracketed operands (reasoning-gym's switch)")
     prompt: str | None = setting(None, "arithmetic: the prompt style", choices=PROMPT_STYLES)
-    task: str | None = setting(None, "arithmetic: sums and differences, or products", choices=TASKS)
+    task: str | None = setting(None, "arithmetic: sums and differences or products (reasoning-gym's), or "
+                                        "our two_digit_sums / two_digit_products, no two problems sharing a fact",
+                               choices=TASKS)
     distinct_facts: bool | None = setting(None, "arithmetic: at most one problem per answer-determining fact "
                                                 "(reorderings, x1 / +0 variants and the same multiset share one; "
                                                 "data/facts.py)")

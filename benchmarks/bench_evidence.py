@@ -1,0 +1,396 @@
+"""Does the healthy recipe teach SmolLM2-135M-Instruct arithmetic, on problems whose facts it never trained on?
+
+The evidence of docs/EVIDENCE.md, section 1, built so that it can be checked (issue 33): a task whose problems
+share no answer-determining fact, four fact-disjoint sets with one use each, a grader that pays only for the
+value written as a number, format and skill measured apart, several seeds, and every figure recomputed from
+files committed under ``docs/evidence/learning/``.
+
+Stages (each resumable; ``--stage all`` runs sets, train, report):
+
+1. ``sets``: ``--pool-size`` problems of ``--task`` (:data:`verl_isocompute.data.arithmetic.OWN_TASKS`: each
+   problem its own fact, none the worked example's), seeded; the first ``--tune-size`` are the tune set, the
+   rest split by fact group (:func:`verl_isocompute.data.facts.split_by_fact`) into dev, test and train.
+   Writes ``sets/{tune,dev,test,train}.parquet`` (``extra_info.problem_id`` stamped) and ``sets.csv``.
+2. ``tune``: ``isocompute curate`` samples the tune set ``--k`` times: the base model's accuracy, answer rate
+   and share of problems in the playbook's Easy band (avg@k in [0.3, 0.6]): the go / no-go of the task.
+3. ``train``: ``--seeds`` runs of ``benchmarks/bench_learning.py``'s training (the ``isocompute_hard`` recipe,
+   float32) on the train set, each validated on ``--split`` (``test`` for the claim, used once: before
+   training and after the last step) with seed s setting ``data.seed`` and ``actor_rollout_ref.rollout.seed``.
+   The train set is larger than the run's problems, so every training step sees unseen problems.
+4. ``publish``: copies what a reader needs into ``--publish-to`` (the sets, the tune samples, each run's log
+   and per-problem validation counts, seed 0's validation responses before and after training).
+5. ``report``: every figure from a directory of those files (``--from``, default ``--out``): strict and lenient
+   accuracy, answer and echo rates before and after, per seed with paired SEs over problems, and over seeds
+   with t intervals and their degrees of freedom; the first-visit training reward per step; the tune figures.
+   Writes ``report.md`` and ``report.json`` next to the files.
+
+    python benchmarks/bench_evidence.py --stage sets
+    python benchmarks/bench_evidence.py --stage tune
+    python benchmarks/bench_evidence.py --stage train --split test
+    python benchmarks/bench_evidence.py --stage publish
+    python benchmarks/bench_evidence.py --stage report --from docs/evidence/learning   # recompute the figures
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_learning  # noqa: E402  (the training run)
+from bench_learning import BenchError  # noqa: E402
+
+PROG = "bench_evidence"
+SETS = ("tune", "dev", "test", "train")
+# The per-problem counts of validation_problems.jsonl and the rate each becomes (training/format_metrics.py).
+RATES = {"correct": "strict accuracy", "lenient": "lenient accuracy", "answered": "answer rate", "echo": "echo rate"}
+EASY = (0.3, 0.6)  # the playbook's Easy band of avg@k (arXiv 2603.12151, section 3)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from verl_isocompute.data.arithmetic import OWN_TASKS
+
+    parser.add_argument("--stage", choices=("all", "sets", "tune", "train", "publish", "report"), default="all")
+    parser.add_argument("--out", type=Path, default=Path("runs/evidence"), help="where everything goes (default %(default)s)")
+    parser.add_argument("--task", choices=OWN_TASKS, default="two_digit_sums")
+    parser.add_argument("--pool-size", type=int, default=600, help="problems generated (default %(default)s)")
+    parser.add_argument("--tune-size", type=int, default=40)
+    parser.add_argument("--dev-size", type=int, default=32)
+    parser.add_argument("--test-size", type=int, default=64)
+    parser.add_argument("--k", type=int, default=8, help="samples per tune problem (default %(default)s)")
+    parser.add_argument("--seeds", type=int, default=3, help="training runs, seeds 0 .. seeds-1 (default %(default)s)")
+    parser.add_argument("--split", choices=("tune", "dev", "test"), default="test", help="the set the runs validate on")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--test-freq", type=int, default=None, help="default: --steps (validate before and after only)")
+    parser.add_argument("--b-problem", type=int, default=8)
+    parser.add_argument("--n", type=int, default=8)
+    parser.add_argument("--base-lr", type=float, default=1.6e-4)
+    parser.add_argument("--warmup-steps", type=int, default=2)
+    parser.add_argument("--temperature", type=float, default=0.6)
+    parser.add_argument("--max-response-length", type=int, default=48)
+    parser.add_argument("--max-prompt-length", type=int, default=120)
+    parser.add_argument("--micro-batch", type=int, default=8)
+    parser.add_argument("--publish-to", type=Path, default=Path("docs/evidence/learning"))
+    parser.add_argument("--from", dest="source", type=Path, default=None, help="the report's files (default: --out)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+
+
+def check_settings(args) -> None:
+    for flag in ("pool_size", "tune_size", "dev_size", "test_size", "k", "seeds", "steps", "b_problem",
+                 "max_response_length", "max_prompt_length", "micro_batch"):
+        if getattr(args, flag) < 1:
+            raise BenchError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: give a whole number >= 1")
+    if args.n < 2:
+        raise BenchError(f"--n {args.n}: GRPO's advantage compares the rollouts of one problem, so n must be >= 2")
+    if args.test_freq is not None and args.test_freq < 1:
+        raise BenchError(f"--test-freq {args.test_freq}: give a number of steps >= 1")
+    if args.tune_size + args.dev_size + args.test_size + args.steps * args.b_problem > args.pool_size:
+        raise BenchError(f"--pool-size {args.pool_size}: the sets and {args.steps} steps of {args.b_problem} unseen "
+                         "problems need more; give a larger pool or fewer steps")
+
+
+# --- sets -----------------------------------------------------------------------------------------------
+
+
+def make_sets(args) -> Path:
+    """The pool, its fact-disjoint sets, and ``sets.csv`` (problem_id, set, question, answer, fact_group)."""
+    import pandas as pd
+
+    from verl_isocompute import atomic
+    from verl_isocompute.data.arithmetic import ArithmeticConfig, write_problems
+    from verl_isocompute.data.facts import TRIVIAL, fact_group, split_by_fact
+    from verl_isocompute.data.problems import row_problem_id
+
+    sets = args.out / "sets"
+    if (args.out / "sets.csv").is_file():
+        print(f"{args.out / 'sets.csv'} exists (remove it to draw again)")
+        return sets
+    spec = ArithmeticConfig(task=args.task, prompt="worked_example", seed=0)
+    pool = pd.read_parquet(write_problems(args.out / "pool.parquet", spec, size=args.pool_size))
+    pool["question"] = pool["extra_info"].map(lambda e: e["question"])
+    rest = pool.iloc[args.tune_size:]
+    shares = {"dev": args.dev_size, "test": args.test_size}
+    shares["train"] = len(rest) - sum(shares.values())
+    split = split_by_fact(rest.reset_index(drop=True), {k: v / len(rest) for k, v in shares.items()}, seed=0)
+    if (split["split"] == TRIVIAL).any():
+        raise BenchError(f"{args.task}: the pool has trivial facts; the task's generator should draw none")
+    pool["set"] = ["tune"] * args.tune_size + list(split["split"])
+    pool["fact_group"] = pool["question"].map(fact_group)
+    pool["problem_id"] = [row_problem_id(r) for _, r in pool.iterrows()]
+    groups = pool.groupby("fact_group")["set"].nunique()
+    if (groups > 1).any():  # split_by_fact's promise, checked on the sets written
+        raise BenchError(f"facts in two sets: {list(groups[groups > 1].index)[:5]}")
+    for name in SETS:
+        rows = pool[pool["set"] == name].reset_index(drop=True)
+        rows["extra_info"] = [{**e, "split": name, "index": i, "problem_id": pid}
+                              for i, (e, pid) in enumerate(zip(rows["extra_info"], rows["problem_id"]))]
+        atomic.write_parquet(sets / f"{name}.parquet", rows.drop(columns=["question", "set", "fact_group", "problem_id"]))
+    table = pool.assign(answer=pool["reward_model"].map(lambda r: r["ground_truth"]))
+    atomic.write_text(args.out / "sets.csv",
+                      table[["problem_id", "set", "question", "answer", "fact_group"]].to_csv(index=False))
+    print(", ".join(f"{name} {int((pool['set'] == name).sum())}" for name in SETS), f"problems of {args.task}: {sets}")
+    return sets
+
+
+def tune(args) -> Path:
+    """``isocompute curate`` on the tune set: the base model's samples, cached (a rerun resumes)."""
+    out = args.out / "tune"
+    cmd = [sys.executable, "-m", "verl_isocompute.commands.cli", "curate", "--data", str(args.out / "sets" / "tune.parquet"),
+           "--out", str(out), "--model", "smollm2", "--k", str(args.k), "--sets", "easy", "--val-size", "1",
+           "--concurrency", "8", "--max-response-length", str(args.max_response_length),
+           "--temperature", str(args.temperature), "isocompute.cpu.dtype=float32", "data.max_prompt_length=160"]
+    print("$", " ".join(cmd), flush=True)
+    if subprocess.run(cmd).returncode != 0:
+        raise BenchError("the tune curation failed: its message is above")
+    return out
+
+
+# --- training -------------------------------------------------------------------------------------------
+
+
+def run_args(args, seed: int) -> argparse.Namespace:
+    """bench_learning's settings for one seed."""
+    return argparse.Namespace(
+        out=args.out, split=args.split, recipe="isocompute_hard", dtype="float32", b_problem=args.b_problem, n=args.n,
+        steps=args.steps, test_freq=args.test_freq or args.steps, temperature=args.temperature, base_lr=args.base_lr,
+        warmup_steps=args.warmup_steps, max_response_length=args.max_response_length,
+        max_prompt_length=args.max_prompt_length, micro_batch=args.micro_batch,
+        overrides=[f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}", *args.overrides])
+
+
+def run_dir(args, seed: int) -> Path:
+    return (args.out / "runs" / f"{args.split}-s{seed}").absolute()
+
+
+def train(args) -> None:
+    sets = args.out / "sets"
+    files = (sets / "train.parquet", sets / f"{args.split}.parquet")
+    for seed in range(args.seeds):
+        bench_learning.check_command(bench_learning.train_command(run_args(args, seed), run_dir(args, seed), files))
+    for seed in range(args.seeds):
+        bench_learning.train(run_args(args, seed), run_dir(args, seed), files)
+
+
+# --- publish ----------------------------------------------------------------------------------------------
+
+
+def publish(args) -> Path:
+    """Copy the files every figure is computed from into ``--publish-to`` (a few hundred KB)."""
+    from verl_isocompute.runlog import RUN_LOG, VAL_PROBLEMS
+
+    dest = args.publish_to
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(args.out / "sets.csv", dest / "sets.csv")
+    samples = args.out / "tune" / "samples.jsonl"
+    if samples.is_file():
+        shutil.copy(samples, dest / f"tune_samples-{args.task}.jsonl")
+    for source in sorted((args.out / "runs").glob("*-s*")):
+        if not (source / "learning_run.json").is_file():
+            print(f"{source}: not finished, left out")
+            continue
+        target = dest / "runs" / source.name
+        target.mkdir(parents=True, exist_ok=True)
+        for name in (RUN_LOG, VAL_PROBLEMS, "learning_run.json"):
+            shutil.copy(source / name, target / name)
+        if source.name.endswith("-s0"):  # the responses of one validation before and one after training
+            dumps = sorted((source / "validation").glob("*.jsonl"), key=lambda p: int(p.stem))
+            (target / "validation").mkdir(exist_ok=True)
+            for path in (dumps[0], dumps[-1]):
+                shutil.copy(path, target / "validation" / path.name)
+    print(f"published: {dest}")
+    return dest
+
+
+# --- the report -------------------------------------------------------------------------------------------
+
+
+def t_interval(values: list[float], level: float = 0.95) -> dict:
+    """Mean over seeds, its SE, and the t interval with its degrees of freedom (NaN below 2 seeds)."""
+    from scipy import stats
+
+    count = len(values)
+    mean = sum(values) / count
+    if count < 2:
+        return {"mean": mean, "se": math.nan, "df": 0, "low": math.nan, "high": math.nan}
+    se = math.sqrt(sum((v - mean) ** 2 for v in values) / (count - 1) / count)
+    half = float(stats.t.ppf(0.5 + level / 2, count - 1)) * se
+    return {"mean": mean, "se": se, "df": count - 1, "low": mean - half, "high": mean + half}
+
+
+def read_counts(run: Path) -> dict[int, dict[str, dict[str, float]]]:
+    """step -> rate -> problem -> share of its k samples (validation_problems.jsonl; the last record of a step wins)."""
+    from verl_isocompute.jsonl import read_jsonl
+    from verl_isocompute.runlog import VAL_PROBLEMS
+
+    path = run / VAL_PROBLEMS
+    if not path.is_file():
+        raise BenchError(f"{run}: no {VAL_PROBLEMS}; train the run (--stage train) or publish it again")
+    by_step: dict[int, dict[str, dict[str, float]]] = {}
+    for _, record in read_jsonl(path, report=False).objects:
+        step = by_step.setdefault(int(record["step"]), {rate: {} for rate in RATES})
+        for rate in RATES:
+            step[rate][record["problem"]] = record[rate] / record["k"]
+    return by_step
+
+
+def run_report(run: Path) -> dict:
+    """One run: each rate before (first validation) and after (last), with the paired change over problems; the
+    training reward per step."""
+    from verl_isocompute.training import metrics
+
+    counts = read_counts(run)
+    first, last = min(counts), max(counts)
+    if first == last:
+        raise BenchError(f"{run}: one validation only; the report compares before and after training")
+    rates = {}
+    for rate in RATES:
+        change = metrics.paired_change(counts[first][rate], counts[last][rate])
+        rates[rate] = {"before": change.before, "before_se": change.before_se, "after": change.after,
+                       "after_se": change.after_se, "change": change.change, "change_se": change.change_se,
+                       "problems": change.problems, "per_problem_change": {
+                           p: counts[last][rate][p] - counts[first][rate][p] for p in counts[first][rate]}}
+    log = bench_learning.read_log(run)
+    rows = [r for _, r in log.rows if r["step"] > 0]
+    info = json.loads((run / "learning_run.json").read_text())
+    return {"run": run.name, "steps": [first, last], "rollouts": rows[-1]["rollouts"] if rows else 0,
+            "epochs": rows[-1].get("epoch") if rows else 0,
+            "lr": log.header.get("lr"), "n": log.header.get("n"), "b_problem": log.header.get("b_problem"),
+            "train_reward": [r.get("train/reward") for r in rows], "wall_s": info.get("wall_s"),
+            "machine": info.get("machine"), "command": info.get("command"), "rates": rates}
+
+
+def tune_report(samples: Path) -> dict:
+    """The base model on a tune set (curation's samples.jsonl): accuracy, answer rate, the share of problems in
+    each band."""
+    from verl_isocompute.jsonl import read_jsonl
+
+    rows = [obj for _, obj in read_jsonl(samples, report=False).objects]
+    acc = [r["correct"] / r["k"] for r in rows]
+    return {"problems": len(rows), "k": rows[0]["k"], "accuracy": sum(acc) / len(acc),
+            "answer_rate": sum(sum(a not in (None, "") for a in r["answers"]) for r in rows) / sum(r["k"] for r in rows),
+            "easy_share": sum(EASY[0] <= a <= EASY[1] for a in acc) / len(acc),
+            "never_share": sum(a == 0 for a in acc) / len(acc), "always_share": sum(a == 1 for a in acc) / len(acc),
+            "some_share": sum(0 < a < 1 for a in acc) / len(acc)}
+
+
+def report(source: Path) -> dict:
+    """Every figure of EVIDENCE.md section 1 from the files in ``source``; writes report.json and report.md there."""
+    import pandas as pd
+
+    from verl_isocompute import atomic
+
+    runs = sorted(p for p in (source / "runs").glob("*-s*") if (p / "learning_run.json").is_file())
+    if not runs:
+        raise BenchError(f"{source}: no finished run under runs/; train (--stage train) or name the published files "
+                         "(--from docs/evidence/learning)")
+    per_run = [run_report(r) for r in runs]
+    sets = pd.read_csv(source / "sets.csv", dtype=str)
+    train_facts = set(sets.loc[sets["set"] == "train", "fact_group"])
+    split = runs[0].name.rsplit("-", 1)[0]
+    shared = int(sets.loc[sets["set"] == split, "fact_group"].isin(train_facts).sum())
+    over_seeds = {rate: {key: t_interval([r["rates"][rate][key] for r in per_run]) for key in ("before", "after", "change")}
+                  for rate in RATES}
+    steps = max(len(r["train_reward"]) for r in per_run)
+    reward = [t_interval([r["train_reward"][i] for r in per_run if i < len(r["train_reward"])]) for i in range(steps)]
+    summary = {"split": split, "set_sizes": sets["set"].value_counts().reindex(list(SETS)).fillna(0).astype(int).to_dict(),
+               "validated_facts_in_train": shared, "runs": [{k: v for k, v in r.items()} for r in per_run],
+               "over_seeds": over_seeds, "train_reward": reward,
+               "tune": {p.stem.split("-", 1)[1]: tune_report(p) for p in sorted(source.glob("tune_samples-*.jsonl"))}}
+    for r in summary["runs"]:
+        for rate in r["rates"].values():
+            rate.pop("per_problem_change")
+    atomic.write_text(source / "report.json", json.dumps(summary, indent=1, sort_keys=True, default=float) + "\n")
+    text = render(summary)
+    atomic.write_text(source / "report.md", text)
+    print(text)
+    return summary
+
+
+def _pm(x: dict) -> str:
+    return f"{x['mean']:+.3f} (SE {x['se']:.3f}; 95% t interval [{x['low']:+.3f}, {x['high']:+.3f}], {x['df']} df)"
+
+
+def _verdict(x: dict) -> str:
+    """A paired change in words: up / down by z SE when beyond two SEs, else what the set could have seen."""
+    if not x["change_se"] > 0:
+        return "no change in any problem" if x["change"] == 0 else "no spread to measure"
+    z = x["change"] / x["change_se"]
+    if abs(z) >= 2:
+        return f"{'up' if z > 0 else 'down'} by {abs(z):.1f} SE"
+    return f"within noise: this set sees changes beyond ±{2 * x['change_se']:.2f}"
+
+
+def render(s: dict) -> str:
+    """The report as markdown (the tables EVIDENCE.md quotes)."""
+    first = s["runs"][0]
+    lines = ["# Evidence, section 1: the figures", "",
+             f"Sets: {', '.join(f'{k} {v}' for k, v in s['set_sizes'].items())} problems; validated on `{s['split']}`; "
+             f"{s['validated_facts_in_train']} of its problems share a fact with the train set.", ""]
+    if s["tune"]:
+        lines += ["The base model on each candidate task's tune set (share of problems solved never / sometimes / "
+                  "always, and in the Easy band [0.3, 0.6] of avg@k):", "",
+                  "| task | problems x k | accuracy | answer rate | never | sometimes | always | Easy |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for task, t in s["tune"].items():
+            lines.append(f"| {task} | {t['problems']} x {t['k']} | {t['accuracy']:.3f} | {t['answer_rate']:.3f} | "
+                         f"{t['never_share']:.2f} | {t['some_share']:.2f} | {t['always_share']:.2f} | {t['easy_share']:.2f} |")
+        lines.append("")
+    seeds = len(s["runs"])
+    lines += [f"Runs: {seeds} seed{'s' if seeds > 1 else ''}, n {first['n']}, B_problem {first['b_problem']}, lr {first['lr']:.3g}, "
+              f"{first['rollouts']} rollouts, validation at steps {first['steps'][0]} and {first['steps'][1]}; the "
+              f"training set read {max(r['epochs'] for r in s['runs']):.3f} times over at most (below 1: no training "
+              "problem seen twice).", "",
+              "Per seed (mean over problems ± SE over problems; change paired over problems):", "",
+              "| seed | rate | before | after | change | reading |", "|---|---|---|---|---|---|"]
+    for r in s["runs"]:
+        for rate, name in RATES.items():
+            x = r["rates"][rate]
+            lines.append(f"| {r['run']} | {name} | {x['before']:.3f} ± {x['before_se']:.3f} | {x['after']:.3f} ± "
+                         f"{x['after_se']:.3f} | {x['change']:+.3f} ± {x['change_se']:.3f} | {_verdict(x)} |")
+    if seeds > 1:
+        lines += ["", "Over seeds (mean of the seeds' values, SE over seeds, t interval):", "",
+                  "| rate | before | after | change |", "|---|---|---|---|"]
+        for rate, name in RATES.items():
+            o = s["over_seeds"][rate]
+            lines.append(f"| {name} | {o['before']['mean']:.3f} | {o['after']['mean']:.3f} | {_pm(o['change'])} |")
+    else:
+        lines += ["", "One seed: no interval over seeds (the SEs above are over problems; run-to-run variation is not "
+                      "measured)."]
+    lines += ["", "Training reward per step (each step's problems seen for the first time)"
+              + (", mean over seeds (SE):" if seeds > 1 else ":"), "", "| step | reward |", "|---|---|"]
+    for i, x in enumerate(s["train_reward"], 1):
+        lines.append(f"| {i} | {x['mean']:.3f}" + (f" ({x['se']:.3f}) |" if seeds > 1 else " |"))
+    machine = first.get("machine") or {}
+    walls = [r["wall_s"] for r in s["runs"] if r["wall_s"]]
+    span = f"{min(walls) / 60:.1f}" + (f"-{max(walls) / 60:.1f}" if len(walls) > 1 else "") if walls else "?"
+    lines += ["", f"CPU capability `{machine.get('cpu_capability')}`, {machine.get('cores')} cores; wall time per run "
+              f"{span} min (load average at the end {', '.join(f'{x:.1f}' for x in machine.get('loadavg', []))})."]
+    return "\n".join(lines) + "\n"
+
+
+def run(args) -> int:
+    check_settings(args)
+    if args.stage in ("all", "sets"):
+        make_sets(args)
+    if args.stage == "tune":
+        tune(args)
+    if args.stage in ("all", "train"):
+        train(args)
+    if args.stage == "publish":
+        publish(args)
+    if args.stage in ("all", "report"):
+        report(args.source or args.out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return bench_learning.script_main(PROG, __doc__, add_arguments, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

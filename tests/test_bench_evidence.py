@@ -1,0 +1,108 @@
+"""The evidence pipeline of docs/EVIDENCE.md section 1 (benchmarks/bench_evidence.py; issue 33): the task's
+generator, fact-disjoint sets, the statistics, and the committed report recomputed from the committed files."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import bench_evidence  # noqa: E402
+
+from verl_isocompute.data.arithmetic import OWN_TASKS, WORKED_EXAMPLES, own_task_problems  # noqa: E402
+from verl_isocompute.data.facts import fact_group  # noqa: E402
+from verl_isocompute.data.problems import row_problem_id  # noqa: E402
+
+PUBLISHED = ROOT / "docs" / "evidence" / "learning"
+
+
+@pytest.mark.parametrize("task", OWN_TASKS)
+def test_own_tasks_draw_distinct_facts_never_the_examples(task):
+    problems = own_task_problems(task, 500, seed=3)
+    groups = [fact_group(p["question"]) for p in problems]
+    assert len(set(groups)) == 500 and "trivial" not in groups
+    assert fact_group(WORKED_EXAMPLES[task][0]) not in groups
+    for p in problems:  # the answer is the expression's value
+        a, op, b = p["question"].removeprefix("Calculate ").rstrip(".").split()
+        assert int(p["answer"]) == (int(a) + int(b) if op == "+" else int(a) * int(b))
+    assert own_task_problems(task, 500, seed=3) == problems  # seeded
+
+
+def test_own_task_with_too_few_facts_is_refused():
+    with pytest.raises(ValueError, match="719 distinct facts; 800 problems"):
+        own_task_problems("two_digit_products", 800, seed=0)
+
+
+def _args(tmp_path, **kw) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    bench_evidence.add_arguments(parser)
+    args = parser.parse_args(["--out", str(tmp_path), "--pool-size", "120", "--tune-size", "10", "--dev-size", "10",
+                              "--test-size", "20"])
+    return argparse.Namespace(**{**vars(args), **kw})
+
+
+def test_sets_are_fact_disjoint_sized_and_reproducible(tmp_path):
+    args = _args(tmp_path / "a")
+    bench_evidence.make_sets(args)
+    table = pd.read_csv(tmp_path / "a" / "sets.csv", dtype=str)
+    assert table["set"].value_counts().to_dict() == {"train": 80, "test": 20, "tune": 10, "dev": 10}
+    assert table.groupby("fact_group")["set"].nunique().max() == 1  # no fact in two sets
+    for name in bench_evidence.SETS:  # the rows carry the id the validation records are keyed by
+        rows = pd.read_parquet(tmp_path / "a" / "sets" / f"{name}.parquet")
+        assert [r["extra_info"]["problem_id"] for _, r in rows.iterrows()] == [row_problem_id(r) for _, r in rows.iterrows()]
+        assert list(rows["extra_info"].map(lambda e: e["split"])) == [name] * len(rows)
+        assert rows["prompt"].iloc[0][1]["content"] == WORKED_EXAMPLES["two_digit_sums"][1]
+    bench_evidence.make_sets(_args(tmp_path / "b"))
+    assert (tmp_path / "b" / "sets.csv").read_text() == (tmp_path / "a" / "sets.csv").read_text()
+
+
+def test_a_pool_too_small_for_the_steps_is_refused(tmp_path):
+    with pytest.raises(bench_evidence.BenchError, match="--pool-size 120: the sets and 20 steps"):
+        bench_evidence.check_settings(_args(tmp_path, steps=20))
+
+
+def test_t_interval_carries_its_degrees_of_freedom():
+    x = bench_evidence.t_interval([1.0, 2.0, 3.0])
+    assert x["mean"] == 2.0 and x["df"] == 2
+    assert x["se"] == pytest.approx(1 / math.sqrt(3))
+    assert x["high"] - x["mean"] == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)  # t(0.975, 2 df), not 1.96
+    assert math.isnan(bench_evidence.t_interval([0.5])["se"])
+
+
+def test_the_committed_report_is_what_the_committed_files_give(tmp_path):
+    """EVIDENCE.md section 1 quotes report.md; recomputing it from the committed sets, tune samples and run files
+    must give the same text, figure for figure."""
+    import shutil
+
+    committed = (PUBLISHED / "report.md").read_text()
+    copy = tmp_path / "learning"
+    shutil.copytree(PUBLISHED, copy)
+    (copy / "report.md").unlink()
+    bench_evidence.report(copy)
+    assert (copy / "report.md").read_text() == committed
+
+
+def test_the_tables_evidence_md_quotes_are_the_reports():
+    """Each table EVIDENCE.md marks as taken from report.md is in it, line for line."""
+    report = (PUBLISHED / "report.md").read_text()
+    text = (ROOT / "docs" / "EVIDENCE.md").read_text()
+    marker = "<!-- from docs/evidence/learning/report.md -->\n"
+    blocks = [part.split("\n\n", 1)[0] for part in text.split(marker)[1:]]
+    assert len(blocks) >= 2
+    for block in blocks:
+        assert block.strip() and block in report, block
+
+
+def test_bad_settings_and_an_empty_report_dir_are_one_line_each(tmp_path, capsys):
+    assert bench_evidence.main(["--steps", "0", "--out", str(tmp_path)]) == 2
+    assert bench_evidence.main(["--stage", "report", "--from", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["bench_evidence: error: --steps 0: give a whole number >= 1",
+                   f"bench_evidence: error: {tmp_path}: no finished run under runs/; train (--stage train) or name the "
+                   "published files (--from docs/evidence/learning)"]
