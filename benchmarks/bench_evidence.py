@@ -22,7 +22,8 @@ Stages (each resumable; ``--stage all`` runs sets, train, report):
 5. ``report``: every figure from a directory of those files (``--from``, default ``--out``): strict and lenient
    accuracy, answer and echo rates before and after, per seed with paired SEs over problems, and over seeds
    with t intervals and their degrees of freedom; the first-visit training reward per step; the tune figures.
-   Writes ``report.md`` and ``report.json`` next to the files.
+   Writes ``report.md`` and ``report.json`` next to the files; ``report.md`` ends with section 2's figures, from
+   the pilot sweep's committed logs (``tests/real_pilot.py --report``), so one command recomputes both.
 
     python benchmarks/bench_evidence.py --stage sets
     python benchmarks/bench_evidence.py --stage tune
@@ -305,10 +306,21 @@ def report(source: Path) -> dict:
         for rate in r["rates"].values():
             rate.pop("per_problem_change")
     atomic.write_text(source / "report.json", json.dumps(summary, indent=1, sort_keys=True, default=float) + "\n")
-    text = render(summary)
+    text = render(summary) + "\n" + pilot_report()
     atomic.write_text(source / "report.md", text)
     print(text)
     return summary
+
+
+def pilot_report() -> str:
+    """Section 2's figures, from the pilot sweep's committed logs (tests/fixtures/real_pilot; tests/real_pilot.py)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "tests" / "real_pilot.py"
+    spec = importlib.util.spec_from_file_location("real_pilot", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return "# Evidence, section 2: the pilot sweep's figures\n\n```text\n" + module.report() + "\n```\n"
 
 
 def _pm(x: dict) -> str:
