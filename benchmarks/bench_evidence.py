@@ -11,6 +11,8 @@ Stages (each resumable; ``--stage all`` runs sets, train, report):
    problem its own fact, none the worked example's), seeded; the first ``--tune-size`` are the tune set, the
    rest split by fact group (:func:`verl_isocompute.data.facts.split_by_fact`) into dev, test and train.
    Writes ``sets/{tune,dev,test,train}.parquet`` (``extra_info.problem_id`` stamped) and ``sets.csv``.
+   ``sweep-set`` adds ``sets/sweep_train.parquet``, the pre-registered n* sweep's training set (EVIDENCE.md
+   section 4): ``--sweep-train-size`` problems drawn anew, none sharing a fact with tune, dev or test.
 2. ``tune``: ``isocompute curate`` samples the tune set ``--k`` times: the base model's accuracy, answer rate
    and share of problems in the playbook's Easy band (avg@k in [0.3, 0.6]): the go / no-go of the task.
 3. ``train``: ``--seeds`` runs of ``benchmarks/bench_learning.py``'s training (the ``isocompute_hard`` recipe,
@@ -56,13 +58,15 @@ EASY = (0.3, 0.6)  # the playbook's Easy band of avg@k (arXiv 2603.12151, sectio
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from verl_isocompute.data.arithmetic import OWN_TASKS
 
-    parser.add_argument("--stage", choices=("all", "sets", "tune", "train", "publish", "report"), default="all")
+    parser.add_argument("--stage", choices=("all", "sets", "sweep-set", "tune", "train", "publish", "report"), default="all")
     parser.add_argument("--out", type=Path, default=Path("runs/evidence"), help="where everything goes (default %(default)s)")
     parser.add_argument("--task", choices=OWN_TASKS, default="two_digit_sums")
     parser.add_argument("--pool-size", type=int, default=600, help="problems generated (default %(default)s)")
     parser.add_argument("--tune-size", type=int, default=40)
     parser.add_argument("--dev-size", type=int, default=32)
     parser.add_argument("--test-size", type=int, default=64)
+    parser.add_argument("--sweep-train-size", type=int, default=1024,
+                        help="--stage sweep-set: training problems for the n* sweep (default %(default)s)")
     parser.add_argument("--k", type=int, default=8, help="samples per tune problem (default %(default)s)")
     parser.add_argument("--seeds", type=int, default=3, help="training runs, seeds 0 .. seeds-1 (default %(default)s)")
     parser.add_argument("--split", choices=("tune", "dev", "test"), default="test", help="the set the runs validate on")
@@ -82,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_settings(args) -> None:
-    for flag in ("pool_size", "tune_size", "dev_size", "test_size", "k", "seeds", "steps", "b_problem",
+    for flag in ("pool_size", "sweep_train_size", "tune_size", "dev_size", "test_size", "k", "seeds", "steps", "b_problem",
                  "max_response_length", "max_prompt_length", "micro_batch"):
         if getattr(args, flag) < 1:
             raise BenchError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: give a whole number >= 1")
@@ -136,6 +140,33 @@ def make_sets(args) -> Path:
                       table[["problem_id", "set", "question", "answer", "fact_group"]].to_csv(index=False))
     print(", ".join(f"{name} {int((pool['set'] == name).sum())}" for name in SETS), f"problems of {args.task}: {sets}")
     return sets
+
+
+def make_sweep_train(args) -> Path:
+    """The n* sweep's training set (EVIDENCE.md section 4): ``--sweep-train-size`` problems of ``--task`` drawn with
+    seed 1, none sharing a fact with the tune, dev or test sets, so that no problem repeats within a run."""
+    import pandas as pd
+
+    from verl_isocompute import atomic
+    from verl_isocompute.data.arithmetic import own_task_problems, to_verl_row
+    from verl_isocompute.data.facts import fact_group
+    from verl_isocompute.data.problems import row_problem_id
+
+    path = args.out / "sets" / "sweep_train.parquet"
+    sets = pd.read_csv(args.out / "sets.csv", dtype=str)
+    held = set(sets.loc[sets["set"].isin(["tune", "dev", "test"]), "fact_group"])
+    drawn = [p for p in own_task_problems(args.task, None, seed=1) if fact_group(p["question"]) not in held]
+    if len(drawn) < args.sweep_train_size:
+        raise BenchError(f"--sweep-train-size {args.sweep_train_size}: {args.task} has {len(drawn)} facts outside the "
+                         "tune, dev and test sets")
+    rows = []
+    for i, p in enumerate(drawn[: args.sweep_train_size]):
+        row = to_verl_row(p["question"], p["answer"], "sweep_train", i, prompt="worked_example", task=args.task)
+        row["extra_info"]["problem_id"] = row_problem_id(row)
+        rows.append(row)
+    atomic.write_parquet(path, pd.DataFrame(rows))
+    print(f"{len(rows)} training problems for the n* sweep, none sharing a fact with tune, dev or test: {path}")
+    return path
 
 
 def tune(args) -> Path:
@@ -389,6 +420,8 @@ def run(args) -> int:
     check_settings(args)
     if args.stage in ("all", "sets"):
         make_sets(args)
+    if args.stage == "sweep-set":
+        make_sweep_train(args)
     if args.stage == "tune":
         tune(args)
     if args.stage in ("all", "train"):

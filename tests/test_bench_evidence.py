@@ -106,3 +106,14 @@ def test_bad_settings_and_an_empty_report_dir_are_one_line_each(tmp_path, capsys
     assert err == ["bench_evidence: error: --steps 0: give a whole number >= 1",
                    f"bench_evidence: error: {tmp_path}: no finished run under runs/; train (--stage train) or name the "
                    "published files (--from docs/evidence/learning)"]
+
+
+def test_the_sweeps_training_set_shares_no_fact_with_tune_dev_or_test(tmp_path):
+    args = _args(tmp_path, sweep_train_size=300)
+    bench_evidence.make_sets(args)
+    rows = pd.read_parquet(bench_evidence.make_sweep_train(args))
+    held = pd.read_csv(tmp_path / "sets.csv", dtype=str).query("set != 'train'")["fact_group"]
+    facts = rows["extra_info"].map(lambda e: fact_group(e["question"]))
+    assert len(rows) == 300 and facts.nunique() == 300 and not facts.isin(set(held)).any()
+    with pytest.raises(bench_evidence.BenchError, match="--sweep-train-size 5000: two_digit_sums has 4054 facts"):
+        bench_evidence.make_sweep_train(_args(tmp_path, sweep_train_size=5000))

@@ -101,10 +101,11 @@ class ArithmeticConfig:
 DISTINCT_FACTS_OVERDRAW = 8
 
 
-def own_task_problems(task: str, size: int, seed: int) -> list[dict]:
-    """``size`` problems of one of :data:`OWN_TASKS`, seeded, each with a fact no other shares, none the worked
-    example's: sums of two numbers in 10..99, or a number in 10..99 times one in 2..9 (x0 and x1 would be trivial
-    facts). Raises when the task has fewer facts than asked for (4,095 sums, 720 products)."""
+def own_task_problems(task: str, size: int | None, seed: int) -> list[dict]:
+    """``size`` problems of one of :data:`OWN_TASKS` (None: every fact of the task), seeded, each with a fact no
+    other shares, none the worked example's: sums of two numbers in 10..99, or a number in 10..99 times one in
+    2..9 (x0 and x1 would be trivial facts). Raises when the task has fewer facts than asked for (4,094 sums,
+    719 products)."""
     from verl_isocompute.data.facts import fact_group
 
     rng = random.Random(seed)
@@ -118,10 +119,10 @@ def own_task_problems(task: str, size: int, seed: int) -> list[dict]:
         raise ValueError(f"{task!r} is not one of {OWN_TASKS}")
     taken = {fact_group(WORKED_EXAMPLES[task][0])}
     space = [pair for pair in space if fact_group(f"{pair[0]} {op} {pair[1]}") not in taken]
-    if size > len(space):
+    if size is not None and size > len(space):
         raise ValueError(f"{task} has {len(space)} distinct facts; {size} problems asked for")
     problems = []
-    for a, b in rng.sample(space, size):
+    for a, b in rng.sample(space, len(space) if size is None else size):
         if task == "two_digit_sums" and rng.random() < 0.5:
             a, b = b, a  # either order: the fact is the same
         problems.append({"question": f"Calculate {a} {op} {b}.", "answer": str(value(a, b))})
