@@ -32,6 +32,9 @@ Stages (each resumable; ``--stage all`` runs sets, train, report):
     python benchmarks/bench_evidence.py --stage train --split test
     python benchmarks/bench_evidence.py --stage publish
     python benchmarks/bench_evidence.py --stage report --from docs/evidence/learning   # recompute the figures
+
+``go-no-go`` applies EVIDENCE.md section 4's check (b) to runs validated three times or more on the tune set
+(``--stage train --split tune --test-freq 4 --base-lr ...``).
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ EASY = (0.3, 0.6)  # the playbook's Easy band of avg@k (arXiv 2603.12151, sectio
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from verl_isocompute.data.arithmetic import OWN_TASKS
 
-    parser.add_argument("--stage", choices=("all", "sets", "sweep-set", "tune", "train", "publish", "report"), default="all")
+    parser.add_argument("--stage", choices=("all", "sets", "sweep-set", "tune", "train", "publish", "report", "go-no-go"),
+                        default="all")
     parser.add_argument("--out", type=Path, default=Path("runs/evidence"), help="where everything goes (default %(default)s)")
     parser.add_argument("--task", choices=OWN_TASKS, default="two_digit_sums")
     parser.add_argument("--pool-size", type=int, default=600, help="problems generated (default %(default)s)")
@@ -343,6 +347,33 @@ def report(source: Path) -> dict:
     return summary
 
 
+def go_no_go(source: Path) -> list[dict]:
+    """EVIDENCE.md section 4's go / no-go (b) for each run under ``source``/runs: strict accuracy at every
+    validation, and whether the last exceeds the first by more than two paired SEs over problems and exceeds the
+    one before it."""
+    from verl_isocompute.training import metrics
+
+    rows = []
+    for run in sorted(p for p in (source / "runs").glob("*-s*") if (p / "learning_run.json").is_file()):
+        counts = read_counts(run)
+        steps = sorted(counts)
+        if len(steps) < 3:
+            raise BenchError(f"{run}: validations at steps {steps}; the go / no-go needs three (e.g. --test-freq 4)")
+        strict = {step: counts[step]["correct"] for step in steps}
+        change = metrics.paired_change(strict[steps[0]], strict[steps[-1]])
+        late = metrics.paired_change(strict[steps[-2]], strict[steps[-1]])
+        info = json.loads((run / "learning_run.json").read_text())
+        base_lr = next((a.split("=", 1)[1] for a in info["command"] if a.startswith("isocompute.lr.base_lr=")), "?")
+        passed = change.change > 2 * change.change_se and late.change > 0
+        rows.append({"run": run.name, "base_lr": base_lr, "strict": {s: sum(v.values()) / len(v) for s, v in strict.items()},
+                     "change": change.change, "change_se": change.change_se, "late_change": late.change, "go": passed})
+        print(f"{run.name} base_lr {base_lr}: strict accuracy "
+              + ", ".join(f"step {s} {v:.3f}" for s, v in rows[-1]["strict"].items())
+              + f"; first -> last {change.change:+.3f} ± {change.change_se:.3f} (paired SE), last two "
+              f"{late.change:+.3f}: {'GO' if passed else 'NO-GO'}")
+    return rows
+
+
 def pilot_report() -> str:
     """Section 2's figures, from the pilot sweep's committed logs (tests/fixtures/real_pilot; tests/real_pilot.py)."""
     import importlib.util
@@ -430,6 +461,8 @@ def run(args) -> int:
         publish(args)
     if args.stage in ("all", "report"):
         report(args.source or args.out)
+    if args.stage == "go-no-go":
+        go_no_go(args.source or args.out)
     return 0
 
 

@@ -117,3 +117,25 @@ def test_the_sweeps_training_set_shares_no_fact_with_tune_dev_or_test(tmp_path):
     assert len(rows) == 300 and facts.nunique() == 300 and not facts.isin(set(held)).any()
     with pytest.raises(bench_evidence.BenchError, match="--sweep-train-size 5000: two_digit_sums has 4054 facts"):
         bench_evidence.make_sweep_train(_args(tmp_path, sweep_train_size=5000))
+
+
+def _tune_run(root: Path, name: str, correct: dict[int, list[int]], base_lr: str = "6.4e-4") -> None:
+    import json
+
+    run = root / "runs" / name
+    run.mkdir(parents=True)
+    (run / "learning_run.json").write_text(json.dumps({"command": ["python", f"isocompute.lr.base_lr={base_lr}"]}))
+    lines = [{"step": step, "data_source": "isocompute/arithmetic", "problem": f"p{i}", "k": 4, "correct": c,
+              "answered": 4, "echo": 0, "lenient": c} for step, counts in correct.items() for i, c in enumerate(counts)]
+    (run / "validation_problems.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_go_no_go_needs_a_gain_beyond_two_paired_ses_still_rising_at_the_end(tmp_path):
+    # 10 problems x 4 samples; a gain of 0.5 with every problem up by 1-3 is many SEs; the second run's
+    # gain is as large but it fell between its last two validations
+    _tune_run(tmp_path, "tune-s0", {0: [0, 1] * 5, 4: [1, 2] * 5, 8: [2, 3] * 5})
+    _tune_run(tmp_path, "tune-s1", {0: [0, 1] * 5, 4: [3, 4] * 5, 8: [2, 3] * 5}, base_lr="1.6e-4")
+    _tune_run(tmp_path, "tune-s2", {0: [0, 1] * 5, 4: [0, 1] * 5, 8: [1, 0] * 5})
+    rows = bench_evidence.go_no_go(tmp_path)
+    assert [(r["base_lr"], r["go"]) for r in rows] == [("6.4e-4", True), ("1.6e-4", False), ("6.4e-4", False)]
+    assert rows[0]["strict"] == {0: 0.125, 4: 0.375, 8: 0.625} and rows[0]["change"] == 0.5
