@@ -7,7 +7,7 @@ step announces its phases; it runs in ``groups`` zero-variance mode with one seq
 micro-batches with nothing to train occur every step. A second run, the same command except that it skips
 the weight sync after step 2, must stop before training on the stale rollouts of step 3; until that sync it
 is the first run again, so the two also show that the same seed gives the same rollouts and validations
-(the CPU rollout's reproducible sampling, docs/EVIDENCE.md). About three and a half minutes on 2 cores.
+(the CPU rollout's reproducible sampling, docs/EVIDENCE.md). About four and a half minutes on 2 cores.
 """
 
 from __future__ import annotations
