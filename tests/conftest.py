@@ -76,14 +76,14 @@ def pytest_configure(config):
 # otherwise reorder the files by their number of tests, which puts the e2e files (few tests, minutes each) last:
 # pytest_configure turns that off (the same as `--no-loadscope-reorder`).
 LONGEST_FIRST = (
+    "test_adaptive_e2e.py",             # 530: the schedule's two runs, its budget spent by evictions, per-prompt n
     "test_sweep_e2e.py",                # 470: curate, a sweep stopped and resumed on a Ray head, fit, train
     "test_recipe_e2e.py",               # 440: three runs, one killed and resumed
-    "test_adaptive_e2e.py",             # 250: the schedule's two runs, per-prompt n on stock verl
+    "test_e2e_cpu.py",                  # 270: the README's demo run, and again with a weight sync skipped
     "test_guided_e2e.py",               # 250
     "test_verl_unaffected.py",          # 245: verl's own CPU tests, with and without our plugin
     "test_stop_e2e.py",                 # 240: four commands stopped by SIGTERM
     "test_vllm_cpu_e2e.py",             # 240: two runs with verl's vLLM rollout (one whose vLLM worker dies)
-    "test_e2e_cpu.py",                  # 225: the README's demo run and a run with a skipped weight sync
     "test_guided_walkthrough_e2e.py",   # 165: the guided page's commands as written
     "test_stock_e2e.py",                # 155: two runs through verl's own main_ppo
     "test_user_config_e2e.py",          # 120: verl's ppo_trainer with the user's CPU sizes

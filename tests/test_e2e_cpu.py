@@ -1,11 +1,13 @@
 """End to end: a real verl GRPO run on CPU through `python -m verl_isocompute.main` (tiny model).
 
 Ray, TransferQueue, the v1 trainer, FSDP2 on gloo, the agent loop, our hf rollout, weight sync, the reward
-loop and validation all run for real; each step saves its weights, to show the update changed them. About
-a minute and a half on 2 cores. The recipe is the demo's, so the rollout's log-probs are reused (no
-old-log-prob pass) and each step announces its phases; it runs in ``groups`` zero-variance mode with one
-sequence per micro-batch, so micro-batches with nothing to train occur every step. A second, shorter run
-skips one weight sync and must stop before training on the stale rollouts.
+loop and validation all run for real; each step saves its weights, to show the update changed them, and
+validates. The recipe is the demo's, so the rollout's log-probs are reused (no old-log-prob pass) and each
+step announces its phases; it runs in ``groups`` zero-variance mode with one sequence per micro-batch, so
+micro-batches with nothing to train occur every step. A second run, the same command except that it skips
+the weight sync after step 2, must stop before training on the stale rollouts of step 3; until that sync it
+is the first run again, so the two also show that the same seed gives the same rollouts and validations
+(the CPU rollout's reproducible sampling, docs/EVIDENCE.md). About four and a half minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from doc_snippets import commands, snippet
-from verl_runs import HALF_CONSTANT_REWARD, PARITY_REWARD, fixture_env, run_recipe
+from verl_runs import HALF_CONSTANT_REWARD, Run, fixture_env, run_recipe
 
 pytestmark = pytest.mark.e2e
 STEPS = 3
@@ -30,13 +32,15 @@ def readme_command() -> tuple[str, list[str]]:
     return command.argv[4], command.argv[5:]
 
 
-@pytest.fixture(scope="module")
-def cpu_run(tmp_path_factory, isocompute_cache, tiny_model_path):
+def demo_run(run_dir, *extra: str, **kwargs) -> Run:
+    """The README's demo command as these tests run it, validating after every step and dumping the training
+    rollouts, plus ``extra`` overrides (``kwargs``: :func:`run_recipe`'s)."""
     recipe, given = readme_command()
     assert {f"trainer.total_training_steps={STEPS}", "isocompute.model=tiny", f"actor_rollout_ref.rollout.n={N}"} <= set(given)
-    run = run_recipe(
-        recipe, tmp_path_factory.mktemp("e2e") / "run", *given, f"trainer.test_freq={STEPS}",
-        HALF_CONSTANT_REWARD,
+    return run_recipe(
+        recipe, run_dir, *given, "trainer.test_freq=1", f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
+        # training scored so that groups vary, validation by our reward (tests/fixtures/half_constant_reward.py)
+        HALF_CONSTANT_REWARD, "reward.custom_reward_function.name=compute_score_with_our_validation",
         # the demo's reuse of the rollout's log-probs in groups mode: the even-index problems' groups never vary
         # and leave the loss, and one sequence per micro-batch makes each of their rows a micro-batch with no token
         "isocompute.zero_variance.mode=groups", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
@@ -45,15 +49,28 @@ def cpu_run(tmp_path_factory, isocompute_cache, tiny_model_path):
         "isocompute.cpu.dtype=float32",
         # a large step (lr = 0.05 * sqrt(32 / 1024) ~ 9e-3): without a weight sync the rollout would fall far behind
         "isocompute.lr.base_lr=0.05",
+        *extra, **kwargs,
+    )
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory, isocompute_cache, tiny_model_path) -> Run:
+    run = demo_run(
+        tmp_path_factory.mktemp("e2e") / "run",
         # the trained weights of every step, as a Hugging Face checkpoint (no sharded optimizer state needed)
         "trainer.save_freq=1", "actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]",
     )
     (run.run_dir / "driver_stdout.log").write_text(run.stdout)  # what Ray forwarded from the trainer
-    return run.run_dir, run.verl_rows
+    return run
 
 
-def _train_rows(rows):
-    return [r for r in rows if "timing_s/step" in r["data"]]
+@pytest.fixture(scope="module")
+def skip_sync_run(tmp_path_factory, isocompute_cache, tiny_model_path) -> Run:
+    """tests/fixtures/skip_sync_trainer.py keeps the weights of update STEPS - 1 from the rollout server."""
+    return demo_run(
+        tmp_path_factory.mktemp("skip_sync") / "run", "trainer.v1.trainer_mode=isocompute_skip_sync",
+        env=fixture_env("skip_sync_trainer", ISOCOMPUTE_SKIP_SYNC_AFTER=str(STEPS - 1)), check=False,
+    )
 
 
 def _weights(path):
@@ -65,21 +82,19 @@ def _weights(path):
 
 def test_every_step_changed_the_weights(cpu_run, tiny_model_path):
     """grad_norm > 0 alone does not show an update happened: compare the weights saved after each step."""
-    run_dir, rows = cpu_run
-    assert [r["step"] for r in _train_rows(rows)] == list(range(1, STEPS + 1))
+    assert [r["step"] for r in cpu_run.train_rows] == list(range(1, STEPS + 1))
     before = _weights(tiny_model_path)
     for step in range(1, STEPS + 1):
-        after = _weights(run_dir / "checkpoints" / f"global_step_{step}" / "actor" / "huggingface")
+        after = _weights(cpu_run.run_dir / "checkpoints" / f"global_step_{step}" / "actor" / "huggingface")
         assert set(after) <= set(before)
         moved = [name for name in after if not torch.equal(after[name].float(), before[name].float())]
         assert len(moved) > len(after) // 2, f"step {step} changed only {moved}"
         before = after
 
 
-def test_validation_ran_before_and_after(cpu_run):
-    _, rows = cpu_run
-    val_steps = [r["step"] for r in rows if any(k.startswith("val-core/") for k in r["data"])]
-    assert val_steps == [0, STEPS]
+def test_validation_ran_before_training_and_after_every_step(cpu_run):
+    val_steps = [r["step"] for r in cpu_run.verl_rows if any(k.startswith("val-core/") for k in r["data"])]
+    assert val_steps == list(range(STEPS + 1))
 
 
 def test_rollout_logprobs_match_trainer(cpu_run):
@@ -89,8 +104,7 @@ def test_rollout_logprobs_match_trainer(cpu_run):
     function up to summation order: every token's weight pi_theta / pi_rollout within 1e-4 of 1 (measured
     ~1e-6) and KL ~ 0. Were the update computing in bf16 (verl's FSDP default when mixed_precision is unset)
     the weights would reach ~1.03 at step 1 and the KL 2e-4."""
-    _, rows = cpu_run
-    for r in _train_rows(rows):
+    for r in cpu_run.train_rows:
         d = r["data"]
         assert "training/rollout_probs_diff_valid" not in d and d["timing_s/old_log_prob"] < 0.5, r["step"]
         assert abs(d["actor/rollout_corr/kl"]) < 1e-6, (r["step"], d["actor/rollout_corr/kl"])
@@ -108,9 +122,8 @@ def test_reused_log_probs_in_groups_mode_train_on_nothing_where_nothing_varies(c
     groups that the logs say varied, and at least one step must have trained on some rows (the reward hashes
     the response text, so a group of distinct responses is constant with probability 1/8, and all of the run's
     odd-index groups, ten with verl's default data seed, about 8^-10)."""
-    _, rows = cpu_run
     trained = []
-    for r in _train_rows(rows):
+    for r in cpu_run.train_rows:
         d = r["data"]
         varied = 1 - d["isocompute/zero_var_group_frac"]
         assert varied <= 0.5, (r["step"], varied)  # the even-index half never varies: rows were dropped
@@ -123,39 +136,70 @@ def test_reused_log_probs_in_groups_mode_train_on_nothing_where_nothing_varies(c
 
 def test_every_rollout_was_sampled_with_the_trainers_weights(cpu_run):
     """The weight version verl stamps on each rollout is checked before every update (and logged)."""
-    _, rows = cpu_run
-    assert [r["data"]["isocompute/rollout_weight_version"] for r in _train_rows(rows)] == list(range(STEPS))
+    assert [r["data"]["isocompute/rollout_weight_version"] for r in cpu_run.train_rows] == list(range(STEPS))
 
 
-def test_a_step_whose_rollouts_missed_a_weight_sync_stops_the_run(tmp_path, isocompute_cache, tiny_model_path):
-    """tests/fixtures/skip_sync_trainer.py keeps the weights of update 1 from the rollout server: step 2's rollouts
-    come from version 0 while the trainer is at version 1, and the run stops before the update."""
-    run = run_recipe(
-        "cpu_demo", tmp_path / "run", "isocompute.model=tiny", PARITY_REWARD, "trainer.total_training_steps=2",
-        "trainer.val_before_train=false", "trainer.v1.trainer_mode=isocompute_skip_sync",
-        env=fixture_env("skip_sync_trainer", ISOCOMPUTE_SKIP_SYNC_AFTER="1"),
-        check=False,
-    )
+def test_a_step_whose_rollouts_missed_a_weight_sync_stops_the_run(skip_sync_run):
+    """Step STEPS's rollouts come from the weights of update STEPS - 2 while the trainer is at STEPS - 1: the run
+    stops before the update."""
+    run = skip_sync_run
     assert run.returncode != 0
-    assert (f"step 2: the trainer's weights are version 1 (its number of updates so far), but of {B_PROBLEM * N} "
-            f"rollouts {B_PROBLEM * N} from version 0: a weight sync did not reach the rollout servers") in run.stdout
-    assert [r["step"] for r in run.run_log[1:]] == [1]  # step 1 passed the same check
+    assert (f"step {STEPS}: the trainer's weights are version {STEPS - 1} (its number of updates so far), but of "
+            f"{B_PROBLEM * N} rollouts {B_PROBLEM * N} from version {STEPS - 2}: a weight sync did not reach the "
+            "rollout servers") in run.stdout
+    assert [r["step"] for r in run.run_log[1:]] == list(range(STEPS))  # the earlier steps passed the same check
+
+
+def _responses(run: Run, name: str) -> list[tuple[str, str]]:
+    """(prompt, response) of every sample in a dump, sorted: verl orders a dump by its random problem uids, and
+    a prompt's samples are the same set but may sit in its rows in another order when the agent loop sent
+    them in two waves (cpu/hf_rollout.py)."""
+    rows = [json.loads(line) for line in (run.run_dir / name).read_text().splitlines()]
+    return sorted((row["input"], row["output"]) for row in rows)
+
+
+def test_the_same_seed_gives_the_same_rollouts_and_validations(cpu_run, skip_sync_run):
+    """Up to the sync it skips (after step STEPS - 1, before that step's validation) the skip-sync run is the
+    demo run again: the same rollouts of the steps before, the same validations before training and after
+    an update."""
+    for name in ("validation/0.jsonl", "validation/1.jsonl", "rollouts/1.jsonl", f"rollouts/{STEPS - 1}.jsonl"):
+        responses = _responses(cpu_run, name)
+        assert responses == _responses(skip_sync_run, name), name
+        assert len({r for _, r in responses}) > 1, name  # real samples, not one repeated string
+
+
+def test_format_metrics_are_logged_at_every_validation(cpu_run):
+    """Our reward's format metrics reach the run log, verl's metrics and the per-problem file (the run scores
+    its validations with our reward)."""
+    header, *rows = cpu_run.run_log
+    assert header["header"]["rollout_dtype"] == "float32" and header["header"]["rollout_seed"] is not None
+    validated = [row for row in rows if "val/avg@4" in row]
+    assert [row["step"] for row in validated] == list(range(STEPS + 1))
+    for row in validated:
+        for rate in ("val/strict_acc", "val/answer_rate", "val/echo_rate", "val/lenient_acc"):
+            assert 0.0 <= row[rate] <= 1.0, rate
+        assert row["val/strict_acc"] == pytest.approx(row["val/avg@4"])
+    verl_keys = set().union(*(r["data"] for r in cpu_run.verl_rows))
+    assert {"val/answer_rate", "val/lenient_acc"} <= verl_keys
+    records = [json.loads(line) for line in (cpu_run.run_dir / "validation_problems.jsonl").read_text().splitlines()]
+    val_size = len(records) // (STEPS + 1)
+    assert [r["step"] for r in records] == [step for step in range(STEPS + 1) for _ in range(val_size)]
+    assert all(r["problem"] != "" and 0 <= r["correct"] <= r["answered"] <= r["k"] == 4 for r in records)
 
 
 def test_progress_markers_name_every_phase(cpu_run):
     """What `isocompute demo` shows inside a step: the trainer's phase markers, in the order verl runs them."""
     from verl_isocompute.training import progress
 
-    run_dir, _ = cpu_run
-    lines = (run_dir / "driver_stdout.log").read_text().splitlines()
+    lines = (cpu_run.run_dir / "driver_stdout.log").read_text().splitlines()
     phases = [p for p in map(progress.parse_phase, lines) if p is not None]
     per_step = [p.name for p in phases if p.step == 1 and p.name != progress.VALIDATION]
     assert per_step == [progress.ROLLOUT, progress.OLD_LOG_PROB, progress.ADVANTAGE, progress.UPDATE, progress.WEIGHT_SYNC]
-    assert [p.step for p in phases if p.name == progress.VALIDATION] == [0, STEPS]
+    assert [p.step for p in phases if p.name == progress.VALIDATION] == list(range(STEPS + 1))
 
 
 def test_run_directory_holds_the_run(cpu_run):
-    run_dir, _ = cpu_run
+    run_dir = cpu_run.run_dir
     for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "verl_metrics.jsonl", "validation/0.jsonl", f"validation/{STEPS}.jsonl"):
         assert (run_dir / name).is_file(), name
     generations = [json.loads(line) for line in (run_dir / "validation/0.jsonl").read_text().splitlines()]
