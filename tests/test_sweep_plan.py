@@ -90,6 +90,16 @@ def test_budget_below_every_cell_says_so():
         ({"recipe": "r", "budget_rollouts": 10, "data": {"train_files": "t.parquet"}}, "both train_files and val_files"),
         ({"recipe": "r", "budget_rollouts": 10, "fit": {"metrc": "x"}}, "unknown fit key"),
         ({"recipe": "r", "budget_rollouts": 10, "ray": {"max_concurrent": 0}}, "ray.max_concurrent"),
+        ({"recipe": "r", "budget_rollouts": 10, "seeds": 3}, r"seeds must be a list of seeds such as seeds: \[0, 1, 2\], got 3"),
+        ({"recipe": "r", "budget_rollouts": 10, "seeds": []}, r"seeds must be a non-empty list"),
+        ({"recipe": "r", "budget_rollouts": 10, "seeds": [0, 1, 0]}, r"seeds lists a value twice"),
+        ({"recipe": "r", "budget_rollouts": 10, "seeds": [0, -1]}, r"seeds holds -1; every value must be an integer >= 0"),
+        ({"recipe": "r", "budget_rollouts": 10, "seeds": [0.5]}, r"seeds holds 0.5"),
+        ({"recipe": "r", "budget_rollouts": 10, "seeds": [True]}, r"seeds holds True"),
+        ({"recipe": "r", "budget_rollouts": 10, "seeds": [0], "overrides": ["data.seed=3"]},
+         r"overrides sets data.seed, which seeds: \[0\] sets for each run: the plan contradicts itself"),
+        ({"recipe": "r", "budget_rollouts": 10, "seeds": [0], "overrides": ["++actor_rollout_ref.rollout.seed=3"]},
+         r"overrides sets actor_rollout_ref.rollout.seed, which seeds"),
     ],
 )
 def test_bad_plans_name_the_field(raw, message):
@@ -148,6 +158,46 @@ def test_cell_overrides_set_the_run_shape(tmp_path):
     assert not any("optim.lr" in o for o in out)  # the recipe's LR rule sets the lr from n and B_problem
 
 
+def test_seeds_run_every_cell_once_per_seed_seed_major(tmp_path):
+    raw = {"name": "p", "recipe": "cpu_demo", "budget_rollouts": 64, "b_problem": [4, 2], "n": [2]}
+    plan = parse_plan({**raw, "seeds": [1, 0]})
+    assert plan.seeds == (0, 1)
+    # all cells of seed 0 before any of seed 1: a sweep stopped early leaves whole seeds
+    assert [c.id for c in plan.cells()] == ["b2_n2-s0", "b4_n2-s0", "b2_n2-s1", "b4_n2-s1"]
+    for cell in plan.cells():
+        out = cell_overrides(plan, cell, tmp_path / "cells" / cell.id)
+        assert out[-2:] == [f"data.seed={cell.seed}", f"actor_rollout_ref.rollout.seed={cell.seed}"]
+        assert f"trainer.experiment_name=p-{cell.id}" in out and f"isocompute.run_dir={tmp_path / 'cells' / cell.id}" in out
+    # without seeds: one run per cell, named as before, and the recipe's seeds (or the plan's own) stand
+    plain = parse_plan({**raw, "overrides": ["data.seed=7"]})
+    assert [c.id for c in plain.cells()] == ["b2_n2", "b4_n2"]
+    out = cell_overrides(plain, plain.cells()[0], tmp_path / "run")
+    assert [o for o in out if o.split("=")[0].endswith(".seed")] == ["data.seed=7"]
+
+
+def test_seeds_reach_the_recipes_config(tmp_path):
+    """The seed keys exist in verl's config as our recipes compose it (a renamed key would fail every run)."""
+    from verl_isocompute.workflow.sweep.preflight import compose, preflight
+
+    plan = _plan(tmp_path, b_problem=[2], n=[4], seeds=[0, 3])
+    assert preflight(plan).cfg.data.seed == 0  # the first run's config; every run's is checked the same way
+    cfg = compose(plan.recipe, cell_overrides(plan, plan.cells()[1], tmp_path / "run"))
+    assert (cfg.data.seed, cfg.actor_rollout_ref.rollout.seed, cfg.trainer.experiment_name) == (3, 3, "t-b2_n4-s3")
+
+
+def test_dry_run_lists_cells_x_seeds_and_totals():
+    plan = parse_plan({"name": "p", "recipe": "r", "budget_rollouts": 1024, "b_problem": [8], "n": [2, 8, 256],
+                       "seeds": [0, 1, 2]})
+    lines = describe(plan).splitlines()
+    assert "seeds [0, 1, 2]" in lines[0]
+    assert [line.split()[0] for line in lines[2:-1]] == [f"b8_n{n}-s{s}" for s in range(3) for n in (2, 8, 256)]
+    assert lines[2].split() == ["b8_n2-s0", "8", "2", "16", "64", "8", "1024"]
+    assert lines[6].split()[:7] == ["b8_n8-s1", "8", "8", "64", "16", "2", "1024"]
+    assert "skipped: one step takes 2048 rollouts > budget 1024" in lines[4]
+    assert lines[-1] == ("6 runs to run (2 cells x 3 seeds; 3 runs skipped: budget below one step), "
+                         f"{3 * (64 + 16)} steps, {6 * 1024} rollouts in total")
+
+
 def test_dry_run_cli_prints_cells_without_importing_verl(tmp_path):
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump({"recipe": "isocompute_hard", "budget_rollouts": 10**6, "b_max": 16_384}))
@@ -193,6 +243,8 @@ class FakeExecutor:
             # made-up saturating curves: larger n saturates higher but later, so n* grows with C
             ceiling = 0.4 + 0.1 * math.log2(cell.n)
             reward = 0.1 + (ceiling - 0.1) / (1 + 8.0 * cell.n / max(c, 1))
+            if cell.seed is not None:  # seeds differ by a little noise, as reruns of one cell would
+                reward += 0.01 * ((3 * cell.seed + step) % 5 - 2)
             lines.append(json.dumps({"step": step, "n": cell.n, "b_problem": cell.b_problem, "rollouts": c,
                                      "tokens": c * 10.0, "val/avg@4": reward}))
         (run_dir / RUN_LOG).write_text("\n".join(lines) + "\n")
@@ -323,6 +375,46 @@ def test_fit_runs_on_finished_cells(tmp_path):
     # n* rises from the smallest n to about the largest over the swept compute
     assert 0.0 < fit["params"]["b"] < 2.0 and 3.0 < fit["params"]["L"] + fit["params"]["b"] < 5.0
     assert json.loads((tmp_path / "sweep" / runner.STATE_FILE).read_text())["fit"]["status"] == "fitted"
+
+
+def test_seeded_sweep_resumes_per_cell_and_seed(tmp_path):
+    plan = _plan(tmp_path, b_problem=[2], seeds=[0, 1])
+    first = FakeExecutor(fail={"b2_n2-s1"}, interrupt_at="b2_n4-s1")
+    with pytest.raises(runner.Interrupted):
+        _sweep(plan, first).run()
+    assert first.started == ["b2_n2-s0", "b2_n4-s0", "b2_n2-s1", "b2_n4-s1"]
+    cells = json.loads((tmp_path / "sweep" / runner.STATE_FILE).read_text())["cells"]
+    assert {k: r["status"] for k, r in cells.items()} == {
+        "b2_n2-s0": "done", "b2_n4-s0": "done", "b2_n2-s1": "failed", "b2_n4-s1": "interrupted"}
+    assert "data.seed=1" in cells["b2_n2-s1"]["spec"]["overrides"]
+
+    again = FakeExecutor()
+    _sweep(plan, again).run()
+    assert again.started == ["b2_n2-s1", "b2_n4-s1"]  # the finished (cell, seed) runs are not run again
+    cells = json.loads((tmp_path / "sweep" / runner.STATE_FILE).read_text())["cells"]
+    assert all(r["status"] == "done" for r in cells.values())
+    assert sorted(p.name for p in (tmp_path / "sweep" / runner.ATTEMPTS_DIR).iterdir()) == [
+        "b2_n2-s1-attempt1", "b2_n4-s1-attempt1"]
+    for run, steps in (("b2_n2-s0", 16), ("b2_n4-s1", 8)):
+        assert runner.logged_steps(tmp_path / "sweep" / "cells" / run) == list(range(1, steps + 1))
+
+
+def test_fit_reads_the_seeds_of_one_n_as_seeds(tmp_path):
+    import pandas as pd
+
+    plan = _plan(tmp_path, budget_rollouts=1024, b_problem=[2], n=[2, 4, 8, 16], seeds=[0, 1, 2],
+                 fit={"bootstrap": 20, "bootstrap_over": "seeds"})
+    sweep = _sweep(plan, FakeExecutor())
+    sweep.run()
+    fit = sweep.fit()
+    assert fit["runs"] == 12 and fit["status"] == "fitted", fit
+    fits = pd.read_csv(tmp_path / "sweep" / "fit" / "fits.csv")
+    assert fits["n"].tolist() == [2, 4, 8, 16] and fits["runs"].tolist() == [3, 3, 3, 3]  # one group per n: its seeds
+    provenance = json.loads((tmp_path / "sweep" / "fit" / "curve.json").read_text())["provenance"]
+    assert provenance["bootstrap_over"] == "seeds" and provenance["bootstrap_succeeded"] > 0
+    assert "cells/b2_n8-s2" in " ".join(provenance["runs"])
+    report = (tmp_path / "sweep" / "fit" / "report.md").read_text()
+    assert "resamples over the seeds of each group" in report and "single run" not in report
 
 
 def test_unreachable_ray_address_fails_fast():

@@ -14,3 +14,5 @@ STEPS = "trainer.total_training_steps"
 EPOCHS = "trainer.total_epochs"
 TRAIN_FILES = "data.train_files"
 VAL_FILES = "data.val_files"
+DATA_SEED = "data.seed"  # the order of the training set (verl's sampler shuffles with it)
+ROLLOUT_SEED = "actor_rollout_ref.rollout.seed"  # the rollout's sampling

@@ -1,8 +1,8 @@
 """Run a pilot sweep from a plan: a B_problem x n grid under B_max, every cell a real verl run, then the fit.
 
 The plan (YAML, schema in docs/WORKFLOW.md) names the recipe, overrides, data, the budget per cell in
-rollouts and the grid. Each cell runs floor(budget / (B_problem * n)) steps and writes its run log to
-<sweep dir>/cells/<cell id>/. Cells run one after another on this machine, or as Ray jobs on an existing
+rollouts and the grid, and optionally seeds (every cell once per seed, as <cell id>-s<seed>). Each cell runs
+floor(budget / (B_problem * n)) steps and writes its run log to <sweep dir>/cells/<cell id>/. Cells run one after another on this machine, or as Ray jobs on an existing
 cluster (--ray-address, several at a time). The state is kept in <sweep dir>/sweep_state.json: rerun the
 same command to resume (finished cells are skipped, unfinished ones restarted cleanly). When every cell
 has run, the frontier and n*(C) are fitted into <sweep dir>/fit (curve.json when n*(C) could be fitted).

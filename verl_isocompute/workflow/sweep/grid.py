@@ -7,6 +7,12 @@ cell gets the same sampling budget C (rollouts), so a cell runs M = floor(C / (B
 the budget left over (less than one step) is not spent. A cell whose budget does not pay for one step is
 reported and skipped; the others run.
 
+A plan with ``seeds`` runs every cell once per seed, so that the fit can measure the run-to-run variation at
+fixed n (its bootstrap over seeds resamples the runs of each n among themselves). The seed sets the order in
+which the training set is visited and the rollout's sampling, and nothing else; the run is cell ``-s<seed>``.
+Runs are ordered seed-major, all cells of seed 0 before any of seed 1, so a sweep stopped early leaves whole
+seeds, each a complete grid.
+
 :class:`Plan` is a checked plan (read from its YAML file by :mod:`verl_isocompute.workflow.sweep.plan`),
 :class:`Cell` one run of it; :func:`cell_overrides` is the verl command line of a cell, :func:`describe`
 the table ``isocompute sweep --dry-run`` prints. Pure Python: the dry run and the tests use it without verl.
@@ -40,6 +46,8 @@ CELL_KEYS = (
     "trainer.experiment_name",
     "isocompute.run_dir",
 )
+# Keys a run of a plan with seeds sets to its seed: a plan with seeds must not override them either.
+SEED_KEYS = (verl_keys.DATA_SEED, verl_keys.ROLLOUT_SEED)
 
 
 class PlanError(IsoComputeError, ValueError):
@@ -48,15 +56,19 @@ class PlanError(IsoComputeError, ValueError):
 
 @dataclass(frozen=True)
 class Cell:
-    """One run of the sweep: ``steps`` steps of ``b_problem`` problems x ``n`` rollouts each."""
+    """One run of the sweep: ``steps`` steps of ``b_problem`` problems x ``n`` rollouts each, with ``seed``
+    when the plan lists seeds (None: the recipe's seeds)."""
 
     b_problem: int
     n: int
     budget_rollouts: int
+    seed: int | None = None
 
     @property
     def id(self) -> str:
-        return f"b{self.b_problem}_n{self.n}"
+        """``b<B_problem>_n<n>``, with ``-s<seed>`` when the run has a seed of its own."""
+        shape = f"b{self.b_problem}_n{self.n}"
+        return shape if self.seed is None else f"{shape}-s{self.seed}"
 
     @property
     def batch_rollouts(self) -> int:
@@ -91,14 +103,16 @@ class Plan:
     sweep_dir: str = ""
     fit: dict[str, Any] = field(default_factory=dict)
     ray: dict[str, Any] = field(default_factory=dict)
+    seeds: tuple[int, ...] = ()  # empty: one run per cell with the recipe's seeds
     source: str | None = None  # the plan file, for messages
 
     def grid(self) -> list[tuple[int, int]]:
         return grid(self.b_problem, self.n, self.b_max)
 
     def cells(self) -> list[Cell]:
-        """Every cell of the grid under B_max, in run order (small rollout batches first)."""
-        return [Cell(b, n, self.budget_rollouts) for b, n in self.grid()]
+        """Every run of the grid under B_max, in run order: seed-major, then small rollout batches first."""
+        seeds = self.seeds or (None,)
+        return [Cell(b, n, self.budget_rollouts, seed) for seed in seeds for b, n in self.grid()]
 
     def runnable(self) -> list[Cell]:
         return [c for c in self.cells() if c.steps >= 1]
@@ -140,12 +154,12 @@ def grid(b_problem: Any, n: Any, b_max: int | None = None) -> list[tuple[int, in
     return sorted(pairs, key=lambda p: (p[0] * p[1], p[0]))
 
 
-def axis_values(name: str, values: Any, minimum: int) -> tuple[int, ...]:
-    """One axis of the grid (``b_problem`` or ``n``): distinct integers >= ``minimum``, sorted."""
+def axis_values(name: str, values: Any, minimum: int, example: str = "[8, 16, 32]") -> tuple[int, ...]:
+    """One axis of the runs (``b_problem``, ``n`` or ``seeds``): distinct integers >= ``minimum``, sorted."""
     if isinstance(values, (int, str)) and not isinstance(values, bool):
         values = [values]
     if not isinstance(values, (list, tuple)) or not values:
-        raise PlanError(f"{name} must be a non-empty list of integers, e.g. {name}: [8, 16, 32]")
+        raise PlanError(f"{name} must be a non-empty list of integers, e.g. {name}: {example}")
     out = []
     for value in values:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -162,7 +176,7 @@ def override_key(override: str) -> str:
 
 
 def cell_overrides(plan: Plan, cell: Cell, run_dir: str | os.PathLike, dataset_size: int | None = None) -> list[str]:
-    """The verl command-line overrides of one cell: the plan's, then the cell's run shape.
+    """The verl command-line overrides of one cell: the plan's, then the cell's run shape, then its seed.
 
     B_problem is both the train batch and the mini-batch (one optimizer step per rollout batch: fully
     on-policy, as the recipe requires). ``trainer.total_epochs`` only bounds verl's epoch loop so that it
@@ -181,7 +195,8 @@ def cell_overrides(plan: Plan, cell: Cell, run_dir: str | os.PathLike, dataset_s
     # B_problem is also the mini-batch: one optimizer step per rollout batch
     values = (cell.n, cell.b_problem, cell.b_problem, cell.steps, epochs, plan.test_freq_for(cell),
               f"{plan.name}-{cell.id}", run_dir)
-    return out + [f"{key}={value}" for key, value in zip(CELL_KEYS, values, strict=True)]
+    out += [f"{key}={value}" for key, value in zip(CELL_KEYS, values, strict=True)]
+    return out if cell.seed is None else out + [f"{key}={cell.seed}" for key in SEED_KEYS]
 
 
 def micro_batch_issue(cell: Cell, world_size: int, micro_batches: dict[str, int | None]) -> str | None:
@@ -206,28 +221,32 @@ def _hydra_list(paths: tuple[str, ...]) -> str:
 
 
 def describe(plan: Plan) -> str:
-    """The table ``isocompute sweep --dry-run`` prints: every cell, its steps and rollouts, and totals."""
+    """The table ``isocompute sweep --dry-run`` prints: every run (cell x seed), its steps and rollouts, and totals."""
+    seeds = f", seeds {list(plan.seeds)}" if plan.seeds else ""
+    width = max(14, *(len(c.id) + 2 for c in plan.cells()))
     lines = [
         f"plan {plan.name}: recipe {plan.recipe}, budget {plan.budget_rollouts} rollouts per cell, "
-        f"b_max {plan.b_max if plan.b_max is not None else 'none'}, sweep dir {plan.sweep_dir}",
-        f"{'cell':<14}{'b_problem':>10}{'n':>7}{'B':>9}{'steps':>7}{'test_freq':>10}{'rollouts':>11}",
+        f"b_max {plan.b_max if plan.b_max is not None else 'none'}{seeds}, sweep dir {plan.sweep_dir}",
+        f"{'cell':<{width}}{'b_problem':>10}{'n':>7}{'B':>9}{'steps':>7}{'test_freq':>10}{'rollouts':>11}",
     ]
     total = 0
     for cell in plan.cells():
         if cell.steps < 1:
             lines.append(
-                f"{cell.id:<14}{cell.b_problem:>10}{cell.n:>7}{cell.batch_rollouts:>9}{'-':>7}{'-':>10}{'-':>11}"
+                f"{cell.id:<{width}}{cell.b_problem:>10}{cell.n:>7}{cell.batch_rollouts:>9}{'-':>7}{'-':>10}{'-':>11}"
                 f"  skipped: one step takes {cell.batch_rollouts} rollouts > budget {plan.budget_rollouts}"
             )
             continue
         total += cell.rollouts_used
         lines.append(
-            f"{cell.id:<14}{cell.b_problem:>10}{cell.n:>7}{cell.batch_rollouts:>9}{cell.steps:>7}"
+            f"{cell.id:<{width}}{cell.b_problem:>10}{cell.n:>7}{cell.batch_rollouts:>9}{cell.steps:>7}"
             f"{plan.test_freq_for(cell):>10}{cell.rollouts_used:>11}"
         )
     runnable, small = plan.runnable(), plan.too_small()
-    lines.append(
-        f"{len(runnable)} cells to run ({len(small)} skipped: budget below one step), "
-        f"{sum(c.steps for c in runnable)} steps, {total} rollouts in total"
-    )
+    if plan.seeds:
+        count = (f"{len(runnable)} runs to run ({len(runnable) // len(plan.seeds)} cells x {len(plan.seeds)} seeds; "
+                 f"{len(small)} runs skipped: budget below one step)")
+    else:
+        count = f"{len(runnable)} cells to run ({len(small)} skipped: budget below one step)"
+    lines.append(f"{count}, {sum(c.steps for c in runnable)} steps, {total} rollouts in total")
     return "\n".join(lines)

@@ -19,6 +19,7 @@ every field, the ``fit:`` block by building the fit's own :class:`FitConfig`, an
     b_problem: [32, 64, 128]          # default: powers of two 32..1024
     n: [8, 16, 32]                    # default: powers of two 8..2048
     b_max: 65536                      # cap on B_problem * n; null = no cap
+    seeds: [0, 1, 2]                  # optional: every cell once per seed (run b32_n8-s0, ...); default: once
     val_points: 8                     # validations per cell (test_freq = ceil(steps / val_points))
     test_freq: null                   # or a fixed trainer.test_freq for every cell
     sweep_dir: runs/pilot-easy        # default runs/<name>
@@ -49,6 +50,7 @@ from verl_isocompute.workflow.sweep.grid import (
     PAPER_B_PROBLEM,
     PAPER_N,
     Plan,
+    SEED_KEYS,
     PlanError,
     axis_values,
     override_key,
@@ -57,7 +59,7 @@ from verl_isocompute.workflow.sweep.grid import (
 DEFAULT_MAX_CONCURRENT = 2
 _TOP_KEYS = {
     "name", "recipe", "overrides", "data", "budget_rollouts", "b_problem", "n", "b_max", "val_points",
-    "test_freq", "sweep_dir", "fit", "ray",
+    "test_freq", "sweep_dir", "fit", "ray", "seeds",
 }
 _FIT_KEYS = {f.name for f in fields(FitConfig)}  # a plan's fit: block is isocompute fit's options
 # The ray: block's keys are executors.RayConfig's fields (tests/test_sweep_plan.py checks they agree).
@@ -136,6 +138,7 @@ def parse_plan(raw: Any, base_dir: str | os.PathLike = ".", default_name: str = 
     b_problem = axis_values("b_problem", raw.get("b_problem", list(PAPER_B_PROBLEM)), minimum=1)
     n = axis_values("n", raw.get("n", list(PAPER_N)), minimum=1)
     b_max = _positive_int("b_max", raw.get("b_max"), allow_none=True)
+    seeds = _seeds(raw.get("seeds"), overrides)
     val_points = _positive_int("val_points", raw.get("val_points", DEFAULT_VAL_POINTS))
     test_freq = _positive_int("test_freq", raw.get("test_freq"), allow_none=True)
 
@@ -152,7 +155,7 @@ def parse_plan(raw: Any, base_dir: str | os.PathLike = ".", default_name: str = 
     plan = Plan(
         name=name, recipe=recipe, budget_rollouts=budget, b_problem=b_problem, n=n, b_max=b_max,
         overrides=tuple(overrides), train_files=train_files, val_files=val_files, val_points=val_points,
-        test_freq=test_freq, sweep_dir=str(sweep_dir), fit=fit, ray=ray_cfg, source=source,
+        test_freq=test_freq, sweep_dir=str(sweep_dir), fit=fit, ray=ray_cfg, seeds=seeds, source=source,
     )
     plan.grid()  # raises when B_max removes every cell
     if not plan.runnable():
@@ -169,6 +172,20 @@ def parse_plan(raw: Any, base_dir: str | os.PathLike = ".", default_name: str = 
             "not tokens?)"
         )
     return plan
+
+
+def _seeds(value: Any, overrides: list[str]) -> tuple[int, ...]:
+    """The plan's ``seeds`` (distinct integers >= 0, run in increasing order), or () without the key."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):  # `seeds: 3` could mean seed 3 or three seeds: ask for the list
+        raise PlanError(f"seeds must be a list of seeds such as seeds: [0, 1, 2], got {value!r}")
+    seeds = axis_values("seeds", value, minimum=0, example="[0, 1, 2]")
+    for o in overrides:
+        if override_key(o) in SEED_KEYS:
+            raise PlanError(f"overrides sets {override_key(o)}, which seeds: {list(seeds)} sets for each run: the plan "
+                            "contradicts itself; remove it from overrides or remove seeds")
+    return seeds
 
 
 def fit_options(values: dict[str, Any]) -> FitConfig:

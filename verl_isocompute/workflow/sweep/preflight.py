@@ -30,7 +30,7 @@ from typing import Any
 from verl_isocompute.training.adaptive_config import PER_PROMPT, SCHEDULE, per_prompt_on, schedule_on
 from verl_isocompute.training.conf import select
 from verl_isocompute.workflow.sweep.executors import RayConfig
-from verl_isocompute.workflow.sweep.grid import CELL_KEYS, Cell, Plan, PlanError, cell_overrides, micro_batch_issue
+from verl_isocompute.workflow.sweep.grid import CELL_KEYS, SEED_KEYS, Cell, Plan, PlanError, cell_overrides, micro_batch_issue
 from verl_isocompute.workflow.sweep.plan import check_data_files
 from verl_isocompute.workflow.sweep.state import CELLS_DIR, SweepError
 
@@ -119,7 +119,7 @@ def preflight(plan: Plan) -> Preflight:
         # the first cell's composed config with this cell's own keys (the plan's overrides never set them)
         for override in overrides[cell]:
             key, value = override.split("=", 1)
-            if key in CELL_KEYS:
+            if key in CELL_KEYS or key in SEED_KEYS:
                 OmegaConf.update(cell_cfg, key, yaml.safe_load(value), merge=False)
         where = f"cell {cell.id}: " if len(cells) > 1 else ""
         try:
