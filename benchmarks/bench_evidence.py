@@ -34,7 +34,8 @@ Stages (each resumable; ``--stage all`` runs sets, train, report):
     python benchmarks/bench_evidence.py --stage report --from docs/evidence/learning   # recompute the figures
 
 ``go-no-go`` applies EVIDENCE.md section 4's check (b) to runs validated three times or more on the tune set
-(``--stage train --split tune --test-freq 4 --base-lr ...``).
+(``--stage train --split tune --test-freq 4 --base-lr ...``); ``verdict --from runs/nstar_cpu`` applies its
+decision rule, as registered, to the sweep of ``run_examples/nstar_cpu.yaml``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_learning  # noqa: E402  (the training run)
@@ -61,8 +64,8 @@ EASY = (0.3, 0.6)  # the playbook's Easy band of avg@k (arXiv 2603.12151, sectio
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from verl_isocompute.data.arithmetic import OWN_TASKS
 
-    parser.add_argument("--stage", choices=("all", "sets", "sweep-set", "tune", "train", "publish", "report", "go-no-go"),
-                        default="all")
+    parser.add_argument("--stage", default="all", choices=("all", "sets", "sweep-set", "tune", "train", "publish",
+                                                           "report", "go-no-go", "verdict"))
     parser.add_argument("--out", type=Path, default=Path("runs/evidence"), help="where everything goes (default %(default)s)")
     parser.add_argument("--task", choices=OWN_TASKS, default="two_digit_sums")
     parser.add_argument("--pool-size", type=int, default=600, help="problems generated (default %(default)s)")
@@ -374,6 +377,45 @@ def go_no_go(source: Path) -> list[dict]:
     return rows
 
 
+QUARTERS = {"q1": (0.0, 0.25), "q4": (0.75, 1.0)}  # EVIDENCE.md section 4: shares of the budget, (low, high]
+NARROW = 0.10  # section 4: an interval of Delta narrower than this that holds 0 reads "n* stays put"
+
+
+def nstar_verdict(sweep_dir: Path, small: int = 2, large: int = 8, budget: float = 1024) -> dict:
+    """EVIDENCE.md section 4's decision rule, as registered, on a sweep's runs (``<sweep_dir>/cells/<cell>-s<seed>``).
+
+    R_q: a run's mean training reward over the steps whose cumulative rollouts C fall in quarter q of ``budget``
+    (every training problem is new, so this is held-out accuracy). Per seed, D_q = R_q(n=small) - R_q(n=large) and
+    Delta = D_q4 - D_q1; over the seeds both n finished, means and two-sided 95 % t intervals."""
+    runs: dict[tuple[int, int], dict[str, float]] = {}
+    for cell in sorted((sweep_dir / "cells").glob("*-s*")):
+        log = bench_learning.read_log(cell)
+        rows = [r for _, r in log.rows if r["step"] > 0 and r.get("train/reward") is not None]
+        if not rows or rows[-1]["rollouts"] < budget:
+            continue  # unfinished: the rule uses finished runs only
+        seed = int(cell.name.rsplit("-s", 1)[1])
+        runs[(int(log.header["n"]), seed)] = {
+            q: float(np.mean([r["train/reward"] for r in rows if lo * budget < r["rollouts"] <= hi * budget]))
+            for q, (lo, hi) in QUARTERS.items()}
+    seeds = sorted(s for (n, s) in runs if n == small and (large, s) in runs)
+    if len(seeds) < 3:
+        raise BenchError(f"{sweep_dir}: n = {small} and n = {large} both finished seeds {seeds}; the registered rule "
+                         "needs at least 3")
+    d = {q: [runs[(small, s)][q] - runs[(large, s)][q] for s in seeds] for q in QUARTERS}
+    delta = t_interval([b - a for a, b in zip(d["q1"], d["q4"])])
+    d1, d4 = (t_interval(d[q]) for q in QUARTERS)
+    if d1["mean"] > 0 > d4["mean"] and delta["high"] < 0:
+        verdict = "n* rises with C"
+    elif d1["mean"] < 0 < d4["mean"] and delta["low"] > 0:
+        verdict = "n* falls with C"
+    elif delta["low"] <= 0 <= delta["high"] and delta["high"] - delta["low"] < NARROW:
+        verdict = "n* stays put"
+    else:
+        verdict = "underpowered"
+    return {"seeds": seeds, "runs": {f"n{n}-s{s}": r for (n, s), r in sorted(runs.items())},
+            "D_q1": d1, "D_q4": d4, "Delta": delta, "verdict": verdict}
+
+
 def pilot_report() -> str:
     """Section 2's figures, from the pilot sweep's committed logs (tests/fixtures/real_pilot; tests/real_pilot.py)."""
     import importlib.util
@@ -463,6 +505,10 @@ def run(args) -> int:
         report(args.source or args.out)
     if args.stage == "go-no-go":
         go_no_go(args.source or args.out)
+    if args.stage == "verdict":
+        result = nstar_verdict(args.source or Path("runs/nstar_cpu"))
+        print(json.dumps(result, indent=1, default=float))
+        print(f"{result['verdict']} (seeds {result['seeds']}; Delta {_pm(result['Delta'])})")
     return 0
 
 

@@ -139,3 +139,54 @@ def test_go_no_go_needs_a_gain_beyond_two_paired_ses_still_rising_at_the_end(tmp
     rows = bench_evidence.go_no_go(tmp_path)
     assert [(r["base_lr"], r["go"]) for r in rows] == [("6.4e-4", True), ("1.6e-4", False), ("6.4e-4", False)]
     assert rows[0]["strict"] == {0: 0.125, 4: 0.375, 8: 0.625} and rows[0]["change"] == 0.5
+
+
+def _sweep_run(root: Path, n: int, seed: int, rewards: list[float], budget: int = 1024) -> None:
+    import json
+
+    cell = root / "cells" / f"b8_n{n}-s{seed}"
+    cell.mkdir(parents=True)
+    per_step = 8 * n
+    rows = [{"header": {"n": n, "b_problem": 8}}] + [
+        {"step": i, "n": n, "b_problem": 8, "rollouts": i * per_step, "tokens": 0, "epoch": 0.0, "train/reward": r}
+        for i, r in enumerate(rewards, 1)]
+    (cell / "isocompute.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+
+
+def _curve(first: float, last: float, steps: int) -> list[float]:
+    return [first + (last - first) * i / (steps - 1) for i in range(steps)]
+
+
+@pytest.mark.parametrize(("small", "large", "verdict"), [
+    ((0.5, 0.6), (0.3, 0.8), "n* rises with C"),       # n = 2 ahead early, n = 8 ahead late: the paper's direction
+    ((0.3, 0.8), (0.5, 0.6), "n* falls with C"),
+    ((0.5, 0.5), (0.6, 0.6), "n* stays put"),          # flat curves: Delta 0, whatever the gap between n
+])
+def test_the_registered_rule_reads_the_sweep_as_written(tmp_path, small, large, verdict):
+    for seed in range(3):
+        jitter = 0.01 * seed  # seeds differ a little, so the intervals have a width
+        _sweep_run(tmp_path, 2, seed, [r + jitter for r in _curve(*small, 64)])
+        _sweep_run(tmp_path, 8, seed, [r - jitter / 2 for r in _curve(*large, 16)])
+    result = bench_evidence.nstar_verdict(tmp_path)
+    assert result["verdict"] == verdict and result["seeds"] == [0, 1, 2] and result["Delta"]["df"] == 2
+    q1_n2 = [r for r in _curve(*small, 64)][:16]  # C in (0, 256]: n = 2's first 16 steps of 16 rollouts
+    assert result["runs"]["n2-s0"]["q1"] == pytest.approx(sum(q1_n2) / 16)
+
+
+def test_the_rule_waits_for_three_finished_seeds_of_both_n(tmp_path):
+    for seed in range(3):
+        _sweep_run(tmp_path, 2, seed, [0.5] * 64)
+    for seed in range(2):
+        _sweep_run(tmp_path, 8, seed, [0.5] * 16)
+    _sweep_run(tmp_path, 8, 2, [0.5] * 15)  # stopped one step short of the budget
+    with pytest.raises(bench_evidence.BenchError, match=r"both finished seeds \[0, 1\]; the registered rule needs at least 3"):
+        bench_evidence.nstar_verdict(tmp_path)
+
+
+def test_seeds_that_disagree_read_underpowered(tmp_path):
+    for seed, large in enumerate([(0.3, 0.7), (0.7, 0.3), (0.5, 0.5)]):
+        _sweep_run(tmp_path, 2, seed, [0.5] * 64)
+        _sweep_run(tmp_path, 8, seed, _curve(*large, 16))
+    result = bench_evidence.nstar_verdict(tmp_path)
+    assert result["verdict"] == "underpowered"
+    assert result["Delta"]["low"] < 0 < result["Delta"]["high"] and result["Delta"]["high"] - result["Delta"]["low"] > 0.1
