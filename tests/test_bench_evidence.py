@@ -190,3 +190,18 @@ def test_seeds_that_disagree_read_underpowered(tmp_path):
     result = bench_evidence.nstar_verdict(tmp_path)
     assert result["verdict"] == "underpowered"
     assert result["Delta"]["low"] < 0 < result["Delta"]["high"] and result["Delta"]["high"] - result["Delta"]["low"] > 0.1
+
+
+def test_the_registered_sweep_plan_is_the_one_section_4_describes():
+    """run_examples/nstar_cpu.yaml was committed with the pre-registration: n in {2, 8}, B_problem 8, 1,024 rollouts,
+    seeds 0-4, trained on the sweep's own set, validated on test, fitted on first-visit training reward."""
+    import yaml
+
+    from verl_isocompute.workflow.sweep.plan import parse_plan
+
+    path = ROOT / "run_examples" / "nstar_cpu.yaml"
+    plan = parse_plan(yaml.safe_load(path.read_text()), base_dir=path.parent)
+    runs = [(c.n, c.b_problem, c.seed) for c in plan.cells()]
+    assert runs == [(n, 8, s) for s in range(5) for n in (2, 8)]
+    assert plan.budget_rollouts == 1024 and plan.fit["metric"] == "train/reward" and plan.fit["bootstrap_over"] == "seeds"
+    assert plan.train_files[0].endswith("sets/sweep_train.parquet") and plan.val_files[0].endswith("sets/test.parquet")
