@@ -28,9 +28,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 LEDGER_ENV = "ISOCOMPUTE_SHM_LEDGER"
-# Read by ray.init: without it Ray's driver answers SIGTERM with a C++ handler that aborts the process (no exit
-# handlers run); with it, with Ray's Python handler, which exits through sys.exit.
-RAY_FAILURE_HANDLER_ENV = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
 MAIN_PPO = "verl.trainer.main_ppo"  # verl's own entry point, whose driver our plugin cleans up after
 SHM_DIR = Path("/dev/shm")  # where Linux keeps POSIX shared memory and named semaphores ("sem." + name)
 _recording = False
@@ -120,14 +117,13 @@ def removing_shared_memory() -> Iterator[Path]:
 def removing_at_exit() -> None:
     """:func:`removing_shared_memory` for a run driven by verl's own ``python -m verl.trainer.main_ppo``: the
     ledger is opened now, when our plugin loads (at ``import verl``, before the driver starts Ray), and closed when
-    the driver exits: finished, failed, Ctrl-C, or SIGTERM, once Ray's driver exits on it through sys.exit instead
-    of aborting (:data:`RAY_FAILURE_HANDLER_ENV`, a default: a value the user set wins). The plugin calls it in
-    every process of a run on the CPU platform; it acts only in the process started as main_ppo (its command line:
-    ``import verl`` runs before main_ppo's own module exists), so that a process of ours that imports verl (a
-    sweep, the demo) never hands one ledger to several runs."""
+    the driver exits: finished, failed, Ctrl-C or SIGTERM (Ray's driver exits on it through sys.exit, so exit
+    handlers run; it then reports an abort, status -6, while shutting down). The plugin calls it in every process
+    of a run on the CPU platform; it acts only in the process started as main_ppo (its command line: ``import
+    verl`` runs before main_ppo's own module exists), so that a process of ours that imports verl (a sweep, the
+    demo) never hands one ledger to several runs."""
     argv = sys.orig_argv
     started_as_main_ppo = any(flag == "-m" and module == MAIN_PPO for flag, module in zip(argv, argv[1:]))
     if os.environ.get(LEDGER_ENV) or multiprocessing.parent_process() is not None or not started_as_main_ppo:
         return
-    os.environ.setdefault(RAY_FAILURE_HANDLER_ENV, "1")
     atexit.register(_close_ledger, *_open_ledger())

@@ -29,11 +29,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from verl_isocompute.cpu.shm import RAY_FAILURE_HANDLER_ENV
-
 # How long a stopped run gets to exit on SIGTERM before its processes are killed.
 STOP_GRACE_S = 20.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RAY_FAILURE_HANDLER_ENV = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
 
 
 class Interrupted(KeyboardInterrupt):
