@@ -117,8 +117,8 @@ def removing_shared_memory() -> Iterator[Path]:
 def removing_at_exit() -> None:
     """:func:`removing_shared_memory` for a run driven by verl's own ``python -m verl.trainer.main_ppo``: the
     ledger is opened now, when our plugin loads (at ``import verl``, before the driver starts Ray), and closed when
-    the driver exits: finished, failed, Ctrl-C or SIGTERM (Ray's driver exits on it through sys.exit, so exit
-    handlers run; it then reports an abort, status -6, while shutting down). The plugin calls it in every process
+    the driver exits: finished, failed, Ctrl-C or SIGTERM (measured: the segments are removed, then Ray's driver
+    prints its signal report and ends with status -6). A SIGKILL leaves them. The plugin calls it in every process
     of a run on the CPU platform; it acts only in the process started as main_ppo (its command line: ``import
     verl`` runs before main_ppo's own module exists), so that a process of ours that imports verl (a sweep, the
     demo) never hands one ledger to several runs."""
