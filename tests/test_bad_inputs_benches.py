@@ -52,8 +52,9 @@ def _runs(root: Path) -> None:
     (root / "curve.json").write_text(json.dumps(CURVE))
 
 
-ADAPTIVE = ["--stage", "train", "--dry-run", "--curve", "curve.json", "--runs-dir", "runs", "--out", "learning"]
-LEARNING = ["--out", "learning"]
+# --rollout hf: the rows check other settings, also where vLLM (the default rollout) is not installed
+ADAPTIVE = ["--stage", "train", "--dry-run", "--curve", "curve.json", "--runs-dir", "runs", "--out", "learning", "--rollout", "hf"]
+LEARNING = ["--out", "learning", "--rollout", "hf"]
 ROWS = [
     ("adaptive: --seeds 0", bench_adaptive, [*ADAPTIVE, "--seeds", "0"], "--seeds 0: each arm runs once per seed"),
     ("adaptive: --n 1", bench_adaptive, [*ADAPTIVE, "--n", "1"],
@@ -131,3 +132,14 @@ def test_the_rollout_flag_picks_verls_rollout_for_training():
 
     assert "actor_rollout_ref.rollout.name=vllm" in command("--rollout", "vllm")
     assert f"actor_rollout_ref.rollout.name={bench_learning.DEFAULT_ROLLOUT}" in command()
+
+
+def test_training_with_the_default_rollout_without_vllm_is_one_line(tmp_path, monkeypatch, capsys):
+    """vLLM is the default rollout; where it is not installed, training is refused naming both fixes."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bench_learning, "vllm_problem", lambda: "vLLM is not installed; install PyPI's CPU build")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail(f"started {a[0][:4]}"))
+    rc = bench_learning.main(["--out", "learning", "--stage", "train"])
+    out, err = capsys.readouterr()
+    _check(rc, out, err, 2, "--rollout vllm (the default): vLLM is not installed; install PyPI's CPU build; or train "
+           "with --rollout hf", "bench_learning")
