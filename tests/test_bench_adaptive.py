@@ -20,6 +20,9 @@ import bench_adaptive  # noqa: E402
 CURVE = {"L": 2.0, "k": 3.5, "log10_C0": 1.63, "b": 1.0, "compute_unit": "rollouts", "metric": "val/avg@4",
          "c_range": [10, 1000], "n_grid": [2, 4, 8]}
 
+# the hf rollout: these dry runs check the plan, also where vLLM (the default rollout) is not installed
+HF = ["--rollout", "hf"]
+
 
 def _dry_run(tmp_path, capsys, *extra):
     curve = tmp_path / "curve.json"
@@ -27,7 +30,7 @@ def _dry_run(tmp_path, capsys, *extra):
     runs = tmp_path / "adaptive"
     (runs / "fixed-s1").mkdir(parents=True)
     (runs / "fixed-s1" / "learning_run.json").write_text("{}")  # finished: skipped
-    code = bench_adaptive.main(["--stage", "train", "--dry-run", "--curve", str(curve), "--runs-dir", str(runs),
+    code = bench_adaptive.main(["--stage", "train", "--dry-run", *HF, "--curve", str(curve), "--runs-dir", str(runs),
                                 "--out", str(tmp_path / "learning")])
     out, err = capsys.readouterr()
     return code, out, err, curve, runs
@@ -87,7 +90,7 @@ def test_each_arms_command_is_a_config_the_trainer_accepts(tmp_path, capsys):
 
 def test_without_a_curve_it_says_where_one_comes_from(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no runs/pilot_cpu/fit/curve.json here
-    code = bench_adaptive.main(["--stage", "train", "--dry-run"])
+    code = bench_adaptive.main(["--stage", "train", "--dry-run", *HF])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "no preset's fitted range covers a budget of 512 rollouts" in err and "--curve" in err
@@ -106,7 +109,7 @@ def test_an_arm_that_cannot_differ_from_the_fixed_arm_is_refused(tmp_path, capsy
     rollout to move (each prompt already at n_min) and the schedule never leaves n = 2."""
     curve = tmp_path / "flat.json"
     curve.write_text(json.dumps({**CURVE, "L": 0.0}))
-    code = bench_adaptive.main(["--stage", "train", "--dry-run", "--curve", str(curve), "--arms", arms,
+    code = bench_adaptive.main(["--stage", "train", "--dry-run", *HF, "--curve", str(curve), "--arms", arms,
                                 "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "learning"), *extra])
     out, err = capsys.readouterr()
     assert code == 2 and err.count("\n") == 1 and words in err, err
@@ -117,7 +120,7 @@ def test_with_room_to_differ_the_same_flat_curve_is_planned(tmp_path, capsys):
     """--n 4: per-prompt n can move rollouts between prompts (n_min 2), and the schedule (n = 2) differs from n = 4."""
     curve = tmp_path / "flat.json"
     curve.write_text(json.dumps({**CURVE, "L": 0.0}))
-    code = bench_adaptive.main(["--stage", "train", "--dry-run", "--curve", str(curve), "--n", "4",
+    code = bench_adaptive.main(["--stage", "train", "--dry-run", *HF, "--curve", str(curve), "--n", "4",
                                 "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "learning")])
     out, err = capsys.readouterr()
     assert code == 0, err

@@ -18,7 +18,9 @@ import sys
 
 import pytest
 from doc_snippets import commands, placeholders, snippet
-from verl_runs import PARITY_REWARD
+from verl_runs import LEAK_FILE_ENV, LEAKING_REWARD, PARITY_REWARD, left_in_dev_shm
+
+from verl_isocompute.cpu.shm import LEDGER_ENV
 
 pytestmark = pytest.mark.e2e
 SHORT = ["trainer.total_training_steps=1", "trainer.val_before_train=false", "trainer.test_freq=-1"]
@@ -34,13 +36,13 @@ def doc_command(name: str, values: dict[str, str]) -> tuple[dict[str, str], list
 class MainPpo:
     """``python -m verl.trainer.main_ppo`` started now; :meth:`result` waits for it and reads its run log."""
 
-    def __init__(self, run_dir, *args: str, env: dict | None = None, metrics=None) -> None:
+    def __init__(self, run_dir, *args: str, env: dict | None = None, metrics=None, reward: str = PARITY_REWARD) -> None:
         self.run_dir = run_dir
         self.metrics = metrics or run_dir / "verl_metrics.jsonl"  # where verl's file logger should write
-        self.cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *args, PARITY_REWARD, *SHORT, f"isocompute.run_dir={run_dir}"]
+        self.cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *args, reward, *SHORT, f"isocompute.run_dir={run_dir}"]
         self.out = open(run_dir.parent / "main_ppo.log", "w+")
-        # a user's shell: no file-logger path left in this process's environment by an in-process prepare()
-        base = {k: v for k, v in os.environ.items() if k != "VERL_FILE_LOGGER_PATH"}
+        # a user's shell: no file-logger path or shared-memory ledger left in this process's environment
+        base = {k: v for k, v in os.environ.items() if k not in ("VERL_FILE_LOGGER_PATH", LEDGER_ENV)}
         self.proc = subprocess.Popen(self.cmd, stdout=self.out, stderr=subprocess.STDOUT, env={**base, **(env or {})},
                                      cwd=run_dir.parent)
 
@@ -68,8 +70,11 @@ def runs(tmp_path_factory, isocompute_cache, tiny_model_path) -> dict[str, MainP
     values = {"M": str(tiny_model_path), "T": str(train), "V": str(val)}
     env, args = doc_command("stock-cpu-demo", values)
     root = tmp_path_factory.mktemp("recipe")
-    started = {"recipe": MainPpo(root / "run", *args, env={**env, "VERL_FILE_LOGGER_ROOT": str(root / "logs")},
-                                 metrics=root / "logs" / "isocompute" / "cpu_demo.jsonl")}  # <root>/<project>/<experiment>
+    # its reward leaves a shared-memory segment in each process that scores (the clean-up test below)
+    started = {"recipe": MainPpo(root / "run", *args, env={**env, "VERL_FILE_LOGGER_ROOT": str(root / "logs"),
+                                                           LEAK_FILE_ENV: str(root / "leaked")},
+                                 metrics=root / "logs" / "isocompute" / "cpu_demo.jsonl",  # <root>/<project>/<experiment>
+                                 reward=LEAKING_REWARD)}
     try:
         started["recipe"].proc.wait(timeout=900)
     except subprocess.TimeoutExpired:
@@ -90,6 +95,15 @@ def test_recipe_through_verls_main_ppo_writes_our_run_log(runs):
     assert header["recipe"] == "cpu_demo" and header["lr_from_rule"] is True
     assert header["lr"] == pytest.approx(1e-5 * math.sqrt(8 * 4 / 1024))  # cpu_demo: base_lr 1e-5, B = 8 x 4
     assert [r["step"] for r in rows] == [1] and rows[0]["rollouts"] == 32
+
+
+def test_main_ppo_leaves_no_shared_memory_behind(runs):
+    """verl's driver is not ours there: our plugin, loaded in it, records the shared memory the run's processes
+    create and removes what is left when the driver exits (vLLM's queues left ~400 MB per run). The recipe run's
+    reward left a segment in each process that scored, as a process killed by Ray leaves its own."""
+    runs["recipe"].result()
+    left, still = left_in_dev_shm(runs["recipe"].run_dir.parent / "leaked")
+    assert left and still == [], (left, still)
 
 
 def test_pieces_on_verls_ppo_trainer_write_our_run_log(runs):

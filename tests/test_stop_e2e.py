@@ -9,6 +9,7 @@ driver started) is alive. The sweep's stop is covered in test_sweep_e2e.py. Abou
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from verl_runs import PARITY_REWARD, alive
+from verl_runs import LEAK_FILE_ENV, LEAKING_REWARD, PARITY_REWARD, alive, left_in_dev_shm
 
 from verl_isocompute.workflow.launch import ray_session_processes
 
@@ -28,10 +29,11 @@ def _ray_processes(pids) -> list[psutil.Process]:
     return [p for pid in pids for p in ray_session_processes(pid)]
 
 
-def _stop_when(cmd: list[str], ready, log_path: Path, timeout: float = 240) -> dict:
+def _stop_when(cmd: list[str], ready, log_path: Path, timeout: float = 240, env: dict | None = None) -> dict:
     """Start ``cmd``, wait until ``ready()`` and its Ray instance is up, SIGTERM it; what was left."""
     log = open(log_path, "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, **(env or {})})
     deadline = time.monotonic() + timeout
     family: list[psutil.Process] = []
     try:
@@ -93,10 +95,12 @@ def test_sigterm_stops_the_demo_and_the_verl_run_it_started(tmp_path, tiny_model
 
 
 def test_sigterm_stops_a_curation_and_keeps_its_cache(tmp_path, tiny_model_path):
+    """Also removed: the shared memory its processes left (its reward leaves a segment in each process that scores)."""
     out_dir = tmp_path / "curated"
     cmd = [sys.executable, "-m", "verl_isocompute.commands.cli", "curate", "--generate", "basic_arithmetic",
-           "--size", "400", "--out", str(out_dir), "--model", "tiny", "--k", "4", "--concurrency", "2", PARITY_REWARD]
-    out = _stop_when(cmd, lambda: (out_dir / "samples.jsonl").is_file(), tmp_path / "curate.log")
+           "--size", "400", "--out", str(out_dir), "--model", "tiny", "--k", "4", "--concurrency", "2", LEAKING_REWARD]
+    out = _stop_when(cmd, lambda: (out_dir / "samples.jsonl").is_file(), tmp_path / "curate.log",
+                     env={LEAK_FILE_ENV: str(tmp_path / "leaked")})
     assert out["rc"] == 128 + signal.SIGTERM, out["output"][-3000:]
     assert out["leftover"] == []
     assert _last_line(out["output"]) == (
@@ -104,6 +108,8 @@ def test_sigterm_stops_a_curation_and_keeps_its_cache(tmp_path, tiny_model_path)
         f"{out_dir / 'samples.jsonl'}: rerun the same command to resume"
     )
     assert (out_dir / "samples.jsonl").read_text().strip()  # what was sampled is cached
+    left, still = left_in_dev_shm(tmp_path / "leaked")
+    assert left and still == [], (left, still)
 
 
 def test_sigterm_stops_a_prefix_search_and_keeps_its_rungs(tmp_path, tiny_model_path):

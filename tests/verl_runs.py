@@ -13,6 +13,8 @@ from pathlib import Path
 FIXTURES = Path(__file__).parent / "fixtures"
 PARITY_REWARD = f"reward.custom_reward_function.path={FIXTURES / 'parity_reward.py'}"
 HALF_CONSTANT_REWARD = f"reward.custom_reward_function.path={FIXTURES / 'half_constant_reward.py'}"
+LEAKING_REWARD = f"reward.custom_reward_function.path={FIXTURES / 'leaking_reward.py'}"
+LEAK_FILE_ENV = "ISOCOMPUTE_TEST_LEAK_FILE"  # tests/fixtures/leaking_reward.py writes the names it left there
 
 
 @dataclass
@@ -104,3 +106,15 @@ def alive(procs) -> list:
         except psutil.NoSuchProcess:
             pass
     return out
+
+
+def left_in_dev_shm(leak_file: Path) -> tuple[list[str], list[str]]:
+    """The shared-memory segments tests/fixtures/leaking_reward.py left (one per process that scored), and those of
+    them still in /dev/shm, which are removed here: a failing test leaves nothing on the machine."""
+    from verl_isocompute.cpu.shm import SHM_DIR
+
+    left = leak_file.read_text().split() if leak_file.is_file() else []
+    still = [name for name in left if (SHM_DIR / name).exists()]
+    for name in still:
+        (SHM_DIR / name).unlink(missing_ok=True)
+    return left, still

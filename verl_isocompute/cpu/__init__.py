@@ -18,7 +18,7 @@ import sys
 # so a verl import here would run the plugin against a half-initialised package (and verl would hide the
 # error). The platform class is imported inside register().
 from verl_isocompute.cpu.threads import THREADS_ENV, cpu_threads, record_cpu_threads  # the package's API
-from verl_isocompute.cpu.shm import record_shared_memory
+from verl_isocompute.cpu.shm import record_shared_memory, removing_at_exit
 from verl_isocompute.cpu.vllm_cpu import apply_vllm_cpu_runtime
 from verl_isocompute.training.names import PLATFORM_NAME, ROLLOUT_NAME
 
@@ -66,7 +66,8 @@ def apply_cpu_runtime() -> None:
        the parameters already live in host memory, so it is created unpinned.
     4. Torch threads: :func:`cpu_threads` instead of the one thread Ray's ``OMP_NUM_THREADS=1`` gives.
     5. verl's vLLM rollout, for runs that select it: :func:`~verl_isocompute.cpu.vllm_cpu.apply_vllm_cpu_runtime`;
-       and the record of the shared memory the run creates, removed when it ends (:mod:`verl_isocompute.cpu.shm`).
+       and the record of the shared memory the run creates, removed when it ends (:mod:`verl_isocompute.cpu.shm`;
+       in the driver of a run started by verl's own ``main_ppo``, the plugin opens the record itself).
     """
     global _runtime_applied
     if _runtime_applied:
@@ -108,5 +109,6 @@ def apply_cpu_runtime() -> None:
 
     transformer_impl.CPUOffloadPolicy = unpinned_offload_policy
     apply_vllm_cpu_runtime()
+    removing_at_exit()
     record_shared_memory()
     _runtime_applied = True

