@@ -75,7 +75,7 @@ ROWS = [
      "isocompute.per_prompt_n.enable='maybe': use true or false"),
     ("adaptive: --test-freq 0", bench_adaptive, [*ADAPTIVE, "--test-freq", "0"],
      "--test-freq 0: the run would validate only before training, and the report would compare untrained models"),
-    ("adaptive: --runs-dir a file", bench_adaptive, [*ADAPTIVE[:-4], "--runs-dir", "a_file"],
+    ("adaptive: --runs-dir a file", bench_adaptive, [*ADAPTIVE[:-6], "--runs-dir", "a_file", "--rollout", "hf"],
      "--runs-dir a_file is a file; give a directory"),
     ("adaptive: report, --runs-dir a file", bench_adaptive, ["--stage", "report", "--runs-dir", "a_file"],
      "--runs-dir a_file is a file"),

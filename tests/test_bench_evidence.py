@@ -205,3 +205,4 @@ def test_the_registered_sweep_plan_is_the_one_section_4_describes():
     assert runs == [(n, 8, s) for s in range(5) for n in (2, 8)]
     assert plan.budget_rollouts == 1024 and plan.fit["metric"] == "train/reward" and plan.fit["bootstrap_over"] == "seeds"
     assert plan.train_files[0].endswith("sets/sweep_train.parquet") and plan.val_files[0].endswith("sets/test.parquet")
+    assert "actor_rollout_ref.rollout.name=vllm" in plan.overrides  # the amendment of the same day
