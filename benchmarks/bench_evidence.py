@@ -352,12 +352,16 @@ def report(source: Path) -> dict:
             rate.pop("per_problem_change")
     atomic.write_text(source / "report.json", json.dumps(summary, indent=1, sort_keys=True, default=float) + "\n")
     text = render(summary) + "\n" + pilot_report()
+    gates = source.parent / "go_no_go"
+    if (gates / "runs").is_dir():  # section 4's go / no-go runs, published beside section 1's files
+        text += "\n# Evidence, section 4: the go / no-go (b)\n\n```text\n" + "\n".join(
+            line for row in go_no_go(gates, quiet=True) for line in [row["line"]]) + "\n```\n"
     atomic.write_text(source / "report.md", text)
     print(text)
     return summary
 
 
-def go_no_go(source: Path) -> list[dict]:
+def go_no_go(source: Path, quiet: bool = False) -> list[dict]:
     """EVIDENCE.md section 4's go / no-go (b) for each run under ``source``/runs: strict accuracy at every
     validation, and whether the last exceeds the first by more than two paired SEs over problems and exceeds the
     one before it."""
@@ -375,12 +379,14 @@ def go_no_go(source: Path) -> list[dict]:
         info = json.loads((run / "learning_run.json").read_text())
         base_lr = next((a.split("=", 1)[1] for a in info["command"] if a.startswith("isocompute.lr.base_lr=")), "?")
         passed = change.change > 2 * change.change_se and late.change > 0
-        rows.append({"run": run.name, "base_lr": base_lr, "strict": {s: sum(v.values()) / len(v) for s, v in strict.items()},
-                     "change": change.change, "change_se": change.change_se, "late_change": late.change, "go": passed})
-        print(f"{run.name} base_lr {base_lr}: strict accuracy "
-              + ", ".join(f"step {s} {v:.3f}" for s, v in rows[-1]["strict"].items())
-              + f"; first -> last {change.change:+.3f} ± {change.change_se:.3f} (paired SE), last two "
-              f"{late.change:+.3f}: {'GO' if passed else 'NO-GO'}")
+        accuracy = {s: sum(v.values()) / len(v) for s, v in strict.items()}
+        line = (f"{run.name} base_lr {base_lr}: strict accuracy " + ", ".join(f"step {s} {v:.3f}" for s, v in accuracy.items())
+                + f"; first -> last {change.change:+.3f} ± {change.change_se:.3f} (paired SE), last two "
+                f"{late.change:+.3f}: {'GO' if passed else 'NO-GO'}")
+        rows.append({"run": run.name, "base_lr": base_lr, "strict": accuracy, "change": change.change,
+                     "change_se": change.change_se, "late_change": late.change, "go": passed, "line": line})
+        if not quiet:
+            print(line)
     return rows
 
 

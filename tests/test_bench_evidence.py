@@ -76,13 +76,14 @@ def test_t_interval_carries_its_degrees_of_freedom():
 
 
 def test_the_committed_report_is_what_the_committed_files_give(tmp_path):
-    """EVIDENCE.md section 1 quotes report.md; recomputing it from the committed sets, tune samples and run files
-    must give the same text, figure for figure."""
+    """EVIDENCE.md quotes report.md; recomputing it from the committed sets, tune samples, run files, the pilot's
+    logs and the go / no-go runs must give the same text, figure for figure."""
     import shutil
 
     committed = (PUBLISHED / "report.md").read_text()
     copy = tmp_path / "learning"
     shutil.copytree(PUBLISHED, copy)
+    shutil.copytree(PUBLISHED.parent / "go_no_go", tmp_path / "go_no_go")  # section 4's runs, beside section 1's
     (copy / "report.md").unlink()
     bench_evidence.report(copy)
     assert (copy / "report.md").read_text() == committed
