@@ -167,6 +167,8 @@ def make_sweep_train(args) -> Path:
     from verl_isocompute.data.problems import row_problem_id
 
     path = args.out / "sets" / "sweep_train.parquet"
+    if not (args.out / "sets.csv").is_file():
+        raise BenchError(f"{args.out / 'sets.csv'} does not exist: draw the sets first (--stage sets)")
     sets = pd.read_csv(args.out / "sets.csv", dtype=str)
     held = set(sets.loc[sets["set"].isin(["tune", "dev", "test"]), "fact_group"])
     drawn = [p for p in own_task_problems(args.task, None, seed=1) if fact_group(p["question"]) not in held]

@@ -111,6 +111,8 @@ def test_bad_settings_and_an_empty_report_dir_are_one_line_each(tmp_path, capsys
 
 def test_the_sweeps_training_set_shares_no_fact_with_tune_dev_or_test(tmp_path):
     args = _args(tmp_path, sweep_train_size=300)
+    with pytest.raises(bench_evidence.BenchError, match="sets.csv does not exist: draw the sets first"):
+        bench_evidence.make_sweep_train(args)
     bench_evidence.make_sets(args)
     rows = pd.read_parquet(bench_evidence.make_sweep_train(args))
     held = pd.read_csv(tmp_path / "sets.csv", dtype=str).query("set != 'train'")["fact_group"]
