@@ -1,6 +1,8 @@
 """A seeded arithmetic problem set in verl's data format, for the CPU demo and tests.
 
-Problems come from reasoning-gym's ``basic_arithmetic`` generator (seeded, verifiable answers). Each row
+Problems come from reasoning-gym's ``basic_arithmetic`` and ``products`` generators (seeded, verifiable answers),
+or from our own two tasks, two-digit sums and two-digit by one-digit products (:data:`OWN_TASKS`), whose
+problems never share an answer-determining fact (the evidence's tasks, docs/EVIDENCE.md). Each row
 has verl's columns: ``data_source``, ``prompt`` (chat messages), ``ability``, ``reward_model``
 (``{"style": "rule", "ground_truth": ...}``) and ``extra_info``. The instruction asks for the final
 answer in ``\\boxed{}``, which our math-verify reward extracts.
