@@ -300,8 +300,7 @@ def run_report(run: Path) -> dict:
         change = metrics.paired_change(counts[first][rate], counts[last][rate])
         rates[rate] = {"before": change.before, "before_se": change.before_se, "after": change.after,
                        "after_se": change.after_se, "change": change.change, "change_se": change.change_se,
-                       "problems": change.problems, "per_problem_change": {
-                           p: counts[last][rate][p] - counts[first][rate][p] for p in counts[first][rate]}}
+                       "problems": change.problems}
     log = bench_learning.read_log(run)
     rows = [r for _, r in log.rows if r["step"] > 0]
     info = json.loads((run / "learning_run.json").read_text())
@@ -346,12 +345,9 @@ def report(source: Path) -> dict:
     steps = max(len(r["train_reward"]) for r in per_run)
     reward = [t_interval([r["train_reward"][i] for r in per_run if i < len(r["train_reward"])]) for i in range(steps)]
     summary = {"split": split, "set_sizes": sets["set"].value_counts().reindex(list(SETS)).fillna(0).astype(int).to_dict(),
-               "validated_facts_in_train": shared, "runs": [{k: v for k, v in r.items()} for r in per_run],
+               "validated_facts_in_train": shared, "runs": per_run,
                "over_seeds": over_seeds, "train_reward": reward,
                "tune": {p.stem.split("-", 1)[1]: tune_report(p) for p in sorted(source.glob("tune_samples-*.jsonl"))}}
-    for r in summary["runs"]:
-        for rate in r["rates"].values():
-            rate.pop("per_problem_change")
     atomic.write_text(source / "report.json", json.dumps(summary, indent=1, sort_keys=True, default=float) + "\n")
     text = render(summary) + "\n" + pilot_report()
     gates = source.parent / "go_no_go"
