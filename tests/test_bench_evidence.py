@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_evidence  # noqa: E402
+import evidence_rules  # noqa: E402
 
 from verl_isocompute.data.arithmetic import OWN_TASKS, WORKED_EXAMPLES, own_task_problems  # noqa: E402
 from verl_isocompute.data.facts import fact_group  # noqa: E402
@@ -68,11 +69,11 @@ def test_a_pool_too_small_for_the_steps_is_refused(tmp_path):
 
 
 def test_t_interval_carries_its_degrees_of_freedom():
-    x = bench_evidence.t_interval([1.0, 2.0, 3.0])
+    x = evidence_rules.t_interval([1.0, 2.0, 3.0])
     assert x["mean"] == 2.0 and x["df"] == 2
     assert x["se"] == pytest.approx(1 / math.sqrt(3))
     assert x["high"] - x["mean"] == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)  # t(0.975, 2 df), not 1.96
-    assert math.isnan(bench_evidence.t_interval([0.5])["se"])
+    assert math.isnan(evidence_rules.t_interval([0.5])["se"])
 
 
 def test_the_committed_report_is_what_the_committed_files_give(tmp_path):
@@ -139,7 +140,7 @@ def test_go_no_go_needs_a_gain_beyond_two_paired_ses_still_rising_at_the_end(tmp
     _tune_run(tmp_path, "tune-s0", {0: [0, 1] * 5, 4: [1, 2] * 5, 8: [2, 3] * 5})
     _tune_run(tmp_path, "tune-s1", {0: [0, 1] * 5, 4: [3, 4] * 5, 8: [2, 3] * 5}, base_lr="1.6e-4")
     _tune_run(tmp_path, "tune-s2", {0: [0, 1] * 5, 4: [0, 1] * 5, 8: [1, 0] * 5})
-    rows = bench_evidence.go_no_go(tmp_path)
+    rows = evidence_rules.go_no_go(tmp_path)
     assert [(r["base_lr"], r["go"]) for r in rows] == [("6.4e-4", True), ("1.6e-4", False), ("6.4e-4", False)]
     assert rows[0]["strict"] == {0: 0.125, 4: 0.375, 8: 0.625} and rows[0]["change"] == 0.5
 
@@ -170,7 +171,7 @@ def test_the_registered_rule_reads_the_sweep_as_written(tmp_path, small, large, 
         jitter = 0.01 * seed  # seeds differ a little, so the intervals have a width
         _sweep_run(tmp_path, 2, seed, [r + jitter for r in _curve(*small, 64)])
         _sweep_run(tmp_path, 8, seed, [r - jitter / 2 for r in _curve(*large, 16)])
-    result = bench_evidence.nstar_verdict(tmp_path)
+    result = evidence_rules.nstar_verdict(tmp_path)
     assert result["verdict"] == verdict and result["seeds"] == [0, 1, 2] and result["Delta"]["df"] == 2
     q1_n2 = [r for r in _curve(*small, 64)][:16]  # C in (0, 256]: n = 2's first 16 steps of 16 rollouts
     assert result["runs"]["n2-s0"]["q1"] == pytest.approx(sum(q1_n2) / 16)
@@ -183,14 +184,14 @@ def test_the_rule_waits_for_three_finished_seeds_of_both_n(tmp_path):
         _sweep_run(tmp_path, 8, seed, [0.5] * 16)
     _sweep_run(tmp_path, 8, 2, [0.5] * 15)  # stopped one step short of the budget
     with pytest.raises(bench_evidence.BenchError, match=r"both finished seeds \[0, 1\]; the registered rule needs at least 3"):
-        bench_evidence.nstar_verdict(tmp_path)
+        evidence_rules.nstar_verdict(tmp_path)
 
 
 def test_seeds_that_disagree_read_underpowered(tmp_path):
     for seed, large in enumerate([(0.3, 0.7), (0.7, 0.3), (0.5, 0.5)]):
         _sweep_run(tmp_path, 2, seed, [0.5] * 64)
         _sweep_run(tmp_path, 8, seed, _curve(*large, 16))
-    result = bench_evidence.nstar_verdict(tmp_path)
+    result = evidence_rules.nstar_verdict(tmp_path)
     assert result["verdict"] == "underpowered"
     assert result["Delta"]["low"] < 0 < result["Delta"]["high"] and result["Delta"]["high"] - result["Delta"]["low"] > 0.1
 

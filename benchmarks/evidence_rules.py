@@ -1,0 +1,113 @@
+"""The statistics of docs/EVIDENCE.md and its section 4's registered rules, apart from the pipeline that
+produces the files (benchmarks/bench_evidence.py): t intervals over seeds, per-problem validation counts, the
+go / no-go check (b) and the n* decision rule, each exactly as section 4 registered it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import bench_learning
+import numpy as np
+from bench_learning import BenchError
+
+# The per-problem counts of validation_problems.jsonl and the rate each becomes (training/format_metrics.py).
+RATES = {"correct": "strict accuracy", "lenient": "lenient accuracy", "answered": "answer rate", "echo": "echo rate"}
+
+
+def t_interval(values: list[float], level: float = 0.95) -> dict:
+    """Mean over seeds, its SE, and the t interval with its degrees of freedom (NaN below 2 seeds)."""
+    from scipy import stats
+
+    count = len(values)
+    mean = sum(values) / count
+    if count < 2:
+        return {"mean": mean, "se": math.nan, "df": 0, "low": math.nan, "high": math.nan}
+    se = math.sqrt(sum((v - mean) ** 2 for v in values) / (count - 1) / count)
+    half = float(stats.t.ppf(0.5 + level / 2, count - 1)) * se
+    return {"mean": mean, "se": se, "df": count - 1, "low": mean - half, "high": mean + half}
+
+
+def read_counts(run: Path) -> dict[int, dict[str, dict[str, float]]]:
+    """step -> rate -> problem -> share of its k samples (validation_problems.jsonl; the last record of a step wins)."""
+    from verl_isocompute.jsonl import read_jsonl
+    from verl_isocompute.runlog import VAL_PROBLEMS
+
+    path = run / VAL_PROBLEMS
+    if not path.is_file():
+        raise BenchError(f"{run}: no {VAL_PROBLEMS}; train the run (--stage train) or publish it again")
+    by_step: dict[int, dict[str, dict[str, float]]] = {}
+    for _, record in read_jsonl(path, report=False).objects:
+        step = by_step.setdefault(int(record["step"]), {rate: {} for rate in RATES})
+        for rate in RATES:
+            step[rate][record["problem"]] = record[rate] / record["k"]
+    return by_step
+
+
+def go_no_go(source: Path, quiet: bool = False) -> list[dict]:
+    """EVIDENCE.md section 4's go / no-go (b) for each run under ``source``/runs: strict accuracy at every
+    validation, and whether the last exceeds the first by more than two paired SEs over problems and exceeds the
+    one before it."""
+    from verl_isocompute.training import metrics
+
+    rows = []
+    for run in sorted(p for p in (source / "runs").glob("*-s*") if (p / "learning_run.json").is_file()):
+        counts = read_counts(run)
+        steps = sorted(counts)
+        if len(steps) < 3:
+            raise BenchError(f"{run}: validations at steps {steps}; the go / no-go needs three (e.g. --test-freq 4)")
+        strict = {step: counts[step]["correct"] for step in steps}
+        change = metrics.paired_change(strict[steps[0]], strict[steps[-1]])
+        late = metrics.paired_change(strict[steps[-2]], strict[steps[-1]])
+        info = json.loads((run / "learning_run.json").read_text())
+        base_lr = next((a.split("=", 1)[1] for a in info["command"] if a.startswith("isocompute.lr.base_lr=")), "?")
+        passed = change.change > 2 * change.change_se and late.change > 0
+        accuracy = {s: sum(v.values()) / len(v) for s, v in strict.items()}
+        line = (f"{run.name} base_lr {base_lr}: strict accuracy " + ", ".join(f"step {s} {v:.3f}" for s, v in accuracy.items())
+                + f"; first -> last {change.change:+.3f} ± {change.change_se:.3f} (paired SE), last two "
+                f"{late.change:+.3f}: {'GO' if passed else 'NO-GO'}")
+        rows.append({"run": run.name, "base_lr": base_lr, "strict": accuracy, "change": change.change,
+                     "change_se": change.change_se, "late_change": late.change, "go": passed, "line": line})
+        if not quiet:
+            print(line)
+    return rows
+
+
+QUARTERS = {"q1": (0.0, 0.25), "q4": (0.75, 1.0)}  # EVIDENCE.md section 4: shares of the budget, (low, high]
+NARROW = 0.10  # section 4: an interval of Delta narrower than this that holds 0 reads "n* stays put"
+
+
+def nstar_verdict(sweep_dir: Path, small: int = 2, large: int = 8, budget: float = 1024) -> dict:
+    """EVIDENCE.md section 4's decision rule, as registered, on a sweep's runs (``<sweep_dir>/cells/<cell>-s<seed>``).
+
+    R_q: a run's mean training reward over the steps whose cumulative rollouts C fall in quarter q of ``budget``
+    (every training problem is new, so this is held-out accuracy). Per seed, D_q = R_q(n=small) - R_q(n=large) and
+    Delta = D_q4 - D_q1; over the seeds both n finished, means and two-sided 95 % t intervals."""
+    runs: dict[tuple[int, int], dict[str, float]] = {}
+    for cell in sorted((sweep_dir / "cells").glob("*-s*")):
+        log = bench_learning.read_log(cell)
+        rows = [r for _, r in log.rows if r["step"] > 0 and r.get("train/reward") is not None]
+        if not rows or rows[-1]["rollouts"] < budget:
+            continue  # unfinished: the rule uses finished runs only
+        seed = int(cell.name.rsplit("-s", 1)[1])
+        runs[(int(log.header["n"]), seed)] = {
+            q: float(np.mean([r["train/reward"] for r in rows if lo * budget < r["rollouts"] <= hi * budget]))
+            for q, (lo, hi) in QUARTERS.items()}
+    seeds = sorted(s for (n, s) in runs if n == small and (large, s) in runs)
+    if len(seeds) < 3:
+        raise BenchError(f"{sweep_dir}: n = {small} and n = {large} both finished seeds {seeds}; the registered rule "
+                         "needs at least 3")
+    d = {q: [runs[(small, s)][q] - runs[(large, s)][q] for s in seeds] for q in QUARTERS}
+    delta = t_interval([b - a for a, b in zip(d["q1"], d["q4"])])
+    d1, d4 = (t_interval(d[q]) for q in QUARTERS)
+    if d1["mean"] > 0 > d4["mean"] and delta["high"] < 0:
+        verdict = "n* rises with C"
+    elif d1["mean"] < 0 < d4["mean"] and delta["low"] > 0:
+        verdict = "n* falls with C"
+    elif delta["low"] <= 0 <= delta["high"] and delta["high"] - delta["low"] < NARROW:
+        verdict = "n* stays put"
+    else:
+        verdict = "underpowered"
+    return {"seeds": seeds, "runs": {f"n{n}-s{s}": r for (n, s), r in sorted(runs.items())},
+            "D_q1": d1, "D_q4": d4, "Delta": delta, "verdict": verdict}
