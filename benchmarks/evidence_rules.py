@@ -46,9 +46,9 @@ def read_counts(run: Path) -> dict[int, dict[str, dict[str, float]]]:
 
 
 def go_no_go(source: Path, quiet: bool = False) -> list[dict]:
-    """EVIDENCE.md section 4's go / no-go (b) for each run under ``source``/runs: strict accuracy at every
-    validation, and whether the last exceeds the first by more than two paired SEs over problems and exceeds the
-    one before it."""
+    """EVIDENCE.md section 4's go / no-go for each run under ``source``/runs: strict accuracy at every validation;
+    (b), registrations 1-2: the last exceeds the first by more than two paired SEs over problems and exceeds the one
+    before it; (b'), registration 3: the last exceeds both the first and the one before it (still improving)."""
     from verl_isocompute.training import metrics
 
     rows = []
@@ -63,12 +63,14 @@ def go_no_go(source: Path, quiet: bool = False) -> list[dict]:
         info = json.loads((run / "learning_run.json").read_text())
         base_lr = next((a.split("=", 1)[1] for a in info["command"] if a.startswith("isocompute.lr.base_lr=")), "?")
         passed = change.change > 2 * change.change_se and late.change > 0
+        improving = change.change > 0 and late.change > 0
         accuracy = {s: sum(v.values()) / len(v) for s, v in strict.items()}
         line = (f"{run.name} base_lr {base_lr}: strict accuracy " + ", ".join(f"step {s} {v:.3f}" for s, v in accuracy.items())
                 + f"; first -> last {change.change:+.3f} ± {change.change_se:.3f} (paired SE), last two "
-                f"{late.change:+.3f}: {'GO' if passed else 'NO-GO'}")
+                f"{late.change:+.3f}: {'GO' if passed else 'NO-GO'}; (b') {'GO' if improving else 'NO-GO'}")
         rows.append({"run": run.name, "base_lr": base_lr, "strict": accuracy, "change": change.change,
-                     "change_se": change.change_se, "late_change": late.change, "go": passed, "line": line})
+                     "change_se": change.change_se, "late_change": late.change, "go": passed,
+                     "go_b_prime": improving, "line": line})
         if not quiet:
             print(line)
     return rows

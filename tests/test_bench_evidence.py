@@ -140,9 +140,13 @@ def test_go_no_go_needs_a_gain_beyond_two_paired_ses_still_rising_at_the_end(tmp
     _tune_run(tmp_path, "tune-s0", {0: [0, 1] * 5, 4: [1, 2] * 5, 8: [2, 3] * 5})
     _tune_run(tmp_path, "tune-s1", {0: [0, 1] * 5, 4: [3, 4] * 5, 8: [2, 3] * 5}, base_lr="1.6e-4")
     _tune_run(tmp_path, "tune-s2", {0: [0, 1] * 5, 4: [0, 1] * 5, 8: [1, 0] * 5})
+    # registration 3's (b'): still improving, by a gain far inside the noise (+0.025, problems moving by +-1)
+    _tune_run(tmp_path, "tune-s3", {0: [0, 4] * 5, 4: [0, 4] * 5, 8: [4, 0] * 4 + [4, 1]})
     rows = evidence_rules.go_no_go(tmp_path)
-    assert [(r["base_lr"], r["go"]) for r in rows] == [("6.4e-4", True), ("1.6e-4", False), ("6.4e-4", False)]
+    assert [(r["base_lr"], r["go"], r["go_b_prime"]) for r in rows] == [
+        ("6.4e-4", True, True), ("1.6e-4", False, False), ("6.4e-4", False, False), ("6.4e-4", False, True)]
     assert rows[0]["strict"] == {0: 0.125, 4: 0.375, 8: 0.625} and rows[0]["change"] == 0.5
+    assert rows[3]["line"].endswith("+0.025: NO-GO; (b') GO") and rows[3]["change"] == pytest.approx(0.025)
 
 
 def _sweep_run(root: Path, n: int, seed: int, rewards: list[float], budget: int = 1024) -> None:
