@@ -20,24 +20,26 @@ from verl_isocompute.scaling.saturating import MIN_POINTS, bin_ids, bin_points, 
 from verl_isocompute.scaling.sigmoid_fit import sigmoid_batch
 
 
-def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settings):
-    """Resample runs with replacement (module docstring: within each group or all together) and redo steps 3
-    to 5; returns (successful params, counts).
+def bootstrap_curves(frontier, groups, curves, free_r0, settings):
+    """Step 3 on every resample: runs resampled with replacement (module docstring: within each group or all
+    together), every group's curve refitted on its resampled runs. Returns ``(params, cover)``: (resamples,
+    groups, 4) rows (R0, A, ln C_mid, beta), NaN where a group could not be refitted, and (resamples, groups, 2)
+    the C range its resampled runs cover; ``(None, None)`` when nothing is resampled (no resamples asked, or
+    over seeds with one run per group).
 
-    On each resample every group's curve is refitted on the resampled runs (a run drawn twice counts
-    twice), starting from the full-data curve; with a shared R0, the resample's R0 is the median of the
-    first-pass R0 of the groups it contains. Then :func:`envelope` and the sigmoid, from the full-data
-    sigmoid. All resamples are done together: the binned data of every (resample, group) is a product of
-    the resample's run counts with each run's binned sums, and the refits run in lock step
-    (:func:`verl_isocompute.scaling.lsq.least_squares_batch`). With ``fit_on="records"`` a group is fitted
-    to the record-breaking points of its resampled runs' own records
-    (:func:`~verl_isocompute.scaling.points.record_mask`): dropping a rival run can promote a point.
+    A run drawn twice counts twice; each refit starts from the full-data curve; with a shared R0, the
+    resample's R0 is the median of the first-pass R0 of the groups it contains. All resamples are done
+    together: the binned data of every (resample, group) is a product of the resample's run counts with each
+    run's binned sums, and the refits run in lock step (:func:`verl_isocompute.scaling.lsq.least_squares_batch`).
+    With ``fit_on="records"`` a group is fitted to the record-breaking points of its resampled runs' own records
+    (:func:`~verl_isocompute.scaling.points.record_mask`): dropping a rival run can promote a point. The per-n
+    intervals of :mod:`~verl_isocompute.scaling.compare` read these curves; :func:`bootstrap_sigmoid` goes on to
+    steps 4 and 5 with them.
     """
     resamples, fit_on = settings["bootstrap"], settings["fit_on"]
-    stats = {"requested": int(resamples), "succeeded": 0, "failed": 0}
     by_seed = settings["bootstrap_over"] == "seeds"
     if resamples <= 0 or (by_seed and all(len(g.runs) == 1 for g in groups)):
-        return np.empty((0, 4)), stats
+        return None, None
     rng = np.random.default_rng(settings["seed"])
     runs = sorted({run for g in groups for run in g.runs})
     index = {run: i for i, run in enumerate(runs)}
@@ -68,6 +70,18 @@ def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settin
                         None if r0 is None else r0[b_idx], [curves[groups[j].key] for j in g_idx])
     curve_params = np.full((resamples, G, 4), np.nan)
     curve_params[b_idx, g_idx] = fits
+    return curve_params, cover
+
+
+def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settings, resampled=None):
+    """Resample runs with replacement and redo steps 3 to 5 (:func:`bootstrap_curves`, or its result passed as
+    ``resampled``; then :func:`envelope` and the sigmoid, from the full-data sigmoid); returns (successful
+    params, counts)."""
+    resamples = settings["bootstrap"]
+    stats = {"requested": int(resamples), "succeeded": 0, "failed": 0}
+    curve_params, cover = resampled or bootstrap_curves(frontier, groups, curves, free_r0, settings)
+    if curve_params is None:
+        return np.empty((0, 4)), stats
 
     # Steps 4 and 5 on every resample.
     log2_n = np.log2([float(g.key[0]) for g in groups])

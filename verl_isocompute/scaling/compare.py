@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -45,6 +46,7 @@ from verl_isocompute import _compat
 from verl_isocompute.jsonl import plain
 from verl_isocompute.scaling.curve import Curve
 from verl_isocompute.scaling.envelope import envelope
+from verl_isocompute.scaling.saturating import saturating_reward
 from verl_isocompute.scaling.fit import FrontierFit, nice_budgets
 from verl_isocompute.scaling.reward_curves import (
     EDGE,
@@ -109,14 +111,22 @@ def compare_at(
     (C_n(R*), NaN unless reached), ``multiplier`` (C_n(R*) / C, NaN unless reached), ``multiplier_bound``
     (C_max / C as a lower bound, or C_min / C as an upper bound, see ``reach_status``), ``reach_status``,
     ``never_reached`` (R* >= the curve's asymptote A).
+
+    When the curves carry the fit's bootstrap (each n's curve refitted on resamples of its runs, the seeds:
+    :func:`~verl_isocompute.scaling.bootstrap.bootstrap_curves`), the comparison is redone on every resample
+    (:func:`resampled`): ``reward_low`` / ``reward_high`` and ``multiplier_low`` / ``multiplier_high`` are 95%
+    percentile intervals (inf: on some resamples this n does not reach R* within its fitted range),
+    ``best_share`` the share of resamples in which this n gives R*, ``resamples`` how many were used; NaN (0)
+    without a bootstrap.
     """
     if not curves:
         raise CompareError("no fitted per-n curves to compare")
     rows_for = list(curves if n_values is None else n_values)
     budgets = np.asarray(budgets, dtype=float)
     r_star, winner = optimum(curves, budgets)
+    spread = resampled(curves, budgets)
     rows = []
-    for c, r, w in zip(budgets, r_star, winner):
+    for i, (c, r, w) in enumerate(zip(budgets, r_star, winner)):
         for rc in rows_for:
             lo, hi = rc.c_range
             inside = bool(rc.covers(np.array([c]))[0])
@@ -151,8 +161,60 @@ def compare_at(
                     row.update(reach_status=BEFORE, multiplier_bound=lo / c)
                 else:
                     row.update(reach_status=REACHED, compute_needed=needed, multiplier=needed / c)
+            row.update(spread(i, curves.index(rc)) if spread else _NO_SPREAD)
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+_NO_SPREAD = {"reward_low": np.nan, "reward_high": np.nan, "multiplier_low": np.nan, "multiplier_high": np.nan,
+              "best_share": np.nan, "resamples": 0}
+
+
+def resampled(curves: Sequence[RewardCurve], budgets: np.ndarray):
+    """The comparison on every bootstrap resample the curves share: a function (budget index, curve index) ->
+    the interval columns of :func:`compare_at`, or None when the curves carry no common bootstrap.
+
+    On resample b, R*_b(C) is the envelope of the resampled curves (each inside its full-data range, as
+    :func:`optimum`), n's reward is R_n,b(C), and its multiplier is 1 where it gives R*_b, else C_n,b(R*_b) / C,
+    inf when that lies past n's range and C_min / C (an upper bound) when before it. Resamples where any curve
+    could not be refitted are left out."""
+    draws = [rc.draws for rc in curves]
+    if any(d is None for d in draws) or len({len(d) for d in draws}) != 1 or not len(draws[0]):
+        return None
+    params = np.stack(draws, axis=1)  # (resamples, curves, 4)
+    params = params[~np.isnan(params).any(axis=(1, 2))]
+    if not len(params):
+        return None
+    m = len(params)
+    cover = np.broadcast_to(np.array([rc.c_range for rc in curves], dtype=float), (m, len(curves), 2))
+    log2_n = np.log2([float(rc.n) for rc in curves])
+    best, winner, _ = envelope(params, cover, log2_n, np.broadcast_to(budgets, (m, len(budgets))), window=1)
+
+    def columns(i: int, j: int) -> dict[str, Any]:
+        c, rc = budgets[i], curves[j]
+        lo, hi = rc.c_range
+        r_star, wins = best[:, i], winner[:, i] == j
+        out = dict(_NO_SPREAD, best_share=float(wins.mean()), resamples=m)
+        p = params[:, j]
+        if rc.covers(np.array([c]))[0]:
+            reward = saturating_reward(np.log(c), p[:, 0], p[:, 1], p[:, 2], p[:, 3])
+            out["reward_low"], out["reward_high"] = _percentiles(reward)
+        if (winner[:, i] >= 0).all():
+            curve = SimpleNamespace(R0=p[:, 0], A=p[:, 1], C_mid=np.exp(p[:, 2]), beta=p[:, 3])  # one per resample
+            with np.errstate(invalid="ignore"):
+                needed = compute_to_reach(curve, r_star)
+            needed = np.where(needed > hi * (1 + EDGE), np.inf, np.maximum(needed, lo))
+            multiplier = np.where(wins, 1.0, needed / c)
+            out["multiplier_low"], out["multiplier_high"] = _percentiles(multiplier)
+        return out
+
+    return columns
+
+
+def _percentiles(values: np.ndarray) -> tuple[float, float]:
+    """The 2.5 and 97.5 percentiles without interpolation (values may be inf)."""
+    low, high = np.quantile(values, [0.025, 0.975], method="inverted_cdf")
+    return float(low), float(high)
 
 
 def default_budgets(curves: Sequence[RewardCurve]) -> list[float]:
@@ -181,8 +243,20 @@ def multiplier_text(row: dict[str, Any]) -> str:
     return "-"
 
 
+def _interval_text(low: float, high: float, fmt: str, suffix: str = "") -> str:
+    """" [low, high]" of a bootstrap interval; an infinite end reads "past fit" (not reached within the range)."""
+    if not np.isfinite(low) and not np.isfinite(high):
+        return " [past fit]" if low == high == np.inf else ""
+    high_text = "past fit" if high == np.inf else f"{high:{fmt}}{suffix}"
+    return f" [{low:{fmt}}{suffix}, {high_text}]"
+
+
 def format_table(table: pd.DataFrame, metric: str, compute_unit: str, chosen_n: int | None = None) -> str:
-    """The comparison at each budget as text: one block per budget, one line per fixed n."""
+    """The comparison at each budget as text: one block per budget, one line per fixed n; with the fit's
+    bootstrap, each figure's 95% interval over the resamples and the share of them in which n is compute-optimal."""
+    spread = "resamples" in table and (table["resamples"] > 0).any()
+    if spread:
+        return _format_spread(table, metric, compute_unit, chosen_n)
     lines = []
     for c, part in table.groupby("C", sort=True):
         first = part.iloc[0]
@@ -215,6 +289,31 @@ def format_table(table: pd.DataFrame, metric: str, compute_unit: str, chosen_n: 
     return "\n".join(lines)
 
 
+def _format_spread(table: pd.DataFrame, metric: str, compute_unit: str, chosen_n: int | None) -> str:
+    """:func:`format_table` with the bootstrap's intervals (one line per fixed n, the figures as without them)."""
+    lines = []
+    for c, part in table.groupby("C", sort=True):
+        first = part.iloc[0]
+        if first["reach_status"] == NO_BUDGET:
+            lines.append(f"C = {c:.4g} {compute_unit}: {NO_BUDGET} [{part['C_min'].min():.3g}, {part['C_max'].max():.3g}]: "
+                         "nothing is compared (no extrapolation)")
+            continue
+        lines.append(f"C = {c:.4g} {compute_unit}: the compute-optimal n = {int(first['n_best'])} reaches {metric} = "
+                     f"{first['R_star']:.4f}")
+        lines.append(f"  {'n':>6}  {'reward at C [95%]':>26}  {'C_n(R*)/C [95%]':>34}  {'n* in':>6}")
+        for row in part.to_dict("records"):
+            reward = (f"{row['reward']:.4f}" + _interval_text(row["reward_low"], row["reward_high"], ".3f")
+                      if row["reward_status"] == FITTED else f"({row['reward_status']})")
+            multiplier = multiplier_text(row) + _interval_text(row["multiplier_low"], row["multiplier_high"], ".2f", "x")
+            mark = "  <- compute-optimal" if row["optimal"] else ""
+            mark += "  <- allocated" if chosen_n is not None and row["n"] == chosen_n else ""
+            lines.append(f"  {row['n']:>6}  {reward:>26}  {multiplier:>34}  {row['best_share']:>6.0%}{mark}")
+    used = int(table["resamples"].max())
+    lines.append(f"[95%]: percentiles over {used} bootstrap resamples of each n's runs (seeds; `isocompute fit "
+                 "--bootstrap`), the comparison redone on each; n* in: the share of them in which that n gives R*")
+    return "\n".join(lines)
+
+
 def records(table: pd.DataFrame) -> list[dict[str, Any]]:
     """The table as JSON-ready records (NaN -> None)."""
     return [plain(row, nan_to_none=True) for row in table.astype(object).to_dict("records")]
@@ -242,6 +341,10 @@ def to_json(table: pd.DataFrame, metric: str, compute_unit: str) -> dict[str, An
         "compute_unit": compute_unit,
         "form": FORM,
         "reference": "R* = the best fitted per-n curve covering C (the compute-optimal n at C); multiplier = C_n(R*) / C",
+        **({"intervals": "reward_low/high, multiplier_low/high: 95% percentiles over `resamples` bootstrap resamples of "
+                         "each n's runs (seeds), the comparison redone on each (multiplier_high null: past the fitted "
+                         "range on some); best_share: the share of them in which that n gives R*"}
+           if "resamples" in table and (table["resamples"] > 0).any() else {}),
         "budgets": budgets,
     }
 

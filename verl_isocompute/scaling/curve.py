@@ -35,7 +35,10 @@ field (JSON ``true`` or ``"6.0"`` is not a number) and its parameters must descr
   range when it has one ([0, 1] for a share of samples, :func:`metric_range`), and 0 < C_min <= C_max.
   Optional (written since 0.2.0, absent from older files, read as none): ``at_bounds``, an object from a
   parameter (R0, A, C_mid, beta) to the bound of the fit it sits on (``"lower"`` | ``"upper"``), and
-  ``not_identified``, the parameters the points do not determine (``"R0"``, ``"C_mid"``).
+  ``not_identified``, the parameters the points do not determine (``"R0"``, ``"C_mid"``). Optional (since
+  0.2.0, when the fit bootstrapped): ``bootstrap``, the curve refitted on each bootstrap resample of the runs,
+  a list of [R0, A, C_mid, beta] (``null`` where it could not be refitted), the same resamples and so the same
+  length for every curve: ``isocompute allocate --compare`` reads its intervals from them.
 
 When a fit into a directory finds no curve, ``isocompute fit`` renames the directory's older
 ``curve.json`` to ``curve.stale.json``; :func:`load_curve` of that ``curve.json`` then names the stale file
@@ -144,9 +147,19 @@ def reward_curve_entries(field: Any, metric: str, source: str) -> list[dict[str,
                              f"{at_bounds!r}; {fix}")
         if not (isinstance(not_identified, list) and set(not_identified) <= {"R0", "C_mid"}):
             raise CurveError(f"{where}: not_identified must be a list of \"R0\" and \"C_mid\", got {not_identified!r}; {fix}")
+        draws = entry.get("bootstrap")
+        if draws is not None and not (isinstance(draws, list) and all(
+                row is None or (isinstance(row, list) and len(row) == 4 and all(map(is_real, row))) for row in draws)):
+            raise CurveError(f"{where}: bootstrap must be a list of [R0, A, C_mid, beta] rows of finite numbers "
+                             f"(null for a resample not refitted); {fix}")
+        if draws is not None and out and len(draws) != len(out[0]["bootstrap"] or []):
+            raise CurveError(f"{where}: bootstrap has {len(draws)} resamples, curves[0] "
+                             f"{len(out[0]['bootstrap'] or [])}: every curve holds the same resamples; {fix}")
         out.append({"n": int(n), "b_problem": None if b_problem is None else int(b_problem), "R0": R0, "A": A,
                     "C_mid": C_mid, "beta": beta, "c_range": (lo, hi), "runs": int(runs),
-                    "at_bounds": dict(at_bounds), "not_identified": tuple(not_identified)})
+                    "at_bounds": dict(at_bounds), "not_identified": tuple(not_identified),
+                    "bootstrap": None if draws is None else [None if row is None else [float(v) for v in row]
+                                                             for row in draws]})
     return out
 
 

@@ -66,7 +66,7 @@ import numpy as np
 import pandas as pd
 
 from verl_isocompute import _compat
-from verl_isocompute.scaling.bootstrap import bootstrap_sigmoid
+from verl_isocompute.scaling.bootstrap import bootstrap_curves, bootstrap_sigmoid
 from verl_isocompute.scaling.curve import Curve, sigmoid_log2_n
 from verl_isocompute.scaling.envelope import GRID_PER_DECADE, empty_grid, envelope_table, log_grid
 from verl_isocompute.scaling.errors import FitError, ScalingError
@@ -111,6 +111,8 @@ class FrontierFit:
     ``log2_n_star_low`` / ``log2_n_star_high``. ``curve``: the fitted :class:`Curve` (None when n*(C)
     could not be fitted: ``no_curve_reason`` says why). ``ci``: one row per sigmoid parameter with its
     estimate and 95% bootstrap interval. ``bootstrap_params``: (resamples, 4) array of L, k, log10_C0, b.
+    ``curve_draws``: group key -> (resamples, 4) rows (R0, A, ln C_mid, beta) of its curve refitted on each
+    bootstrap resample (NaN: not refitted there; the same resamples for every group, empty without a bootstrap).
     """
 
     frontier: Frontier
@@ -128,6 +130,7 @@ class FrontierFit:
     warnings: list[str] = field(default_factory=list)
     no_curve_reason: str | None = None
     flags: dict[tuple, FitFlags] = field(default_factory=dict)
+    curve_draws: dict[tuple, np.ndarray] = field(default_factory=dict)
 
     def n_star_table(self, compute: Sequence[float] | None = None) -> pd.DataFrame:
         """n* at chosen budgets (default: 1, 2, 5 x 10^k inside the fitted range): from the data
@@ -248,10 +251,15 @@ def fit_frontier(
         row.update(at_bounds=", ".join(f"{name}={side}" for name, side in f.at_bounds.items()),
                    not_identified=", ".join(f.not_identified))
     group_table = pd.DataFrame(rows)
+    # The bootstrap's step 3 once, before n*(C) is known: the per-n intervals of the comparison need it even
+    # when n*(C) has no sigmoid (the same n best everywhere), and the sigmoid's bootstrap reuses it.
+    free_r0 = {key: c.R0 for key, (c, _) in free.items()} if r0 is not None else None
+    resampled = bootstrap_curves(frontier, fitted, curves, free_r0, settings) if fitted else (None, None)
+    curve_draws = {} if resampled[0] is None else {g.key: resampled[0][:, j] for j, g in enumerate(fitted)}
 
     def result(grid, **kw):
         return FrontierFit(frontier, keys, group_table, curves, grid, settings=settings, warnings=warnings,
-                           flags=flags, **kw)
+                           flags=flags, curve_draws=curve_draws, **kw)
 
     if not fitted:
         reason = f"no group has the {MIN_POINTS} validation points at C > 0 that a curve needs"
@@ -289,10 +297,7 @@ def fit_frontier(
         warnings.append(f"the sigmoid explains little of n*(C) (R^2 = {fit.r2:.2f}); read n*(C) from frontier.csv")
 
     params = np.array([fit.L, fit.k, fit.log10_C0, fit.b])
-    draws, stats = bootstrap_sigmoid(
-        frontier, fitted, curves, {key: c.R0 for key, (c, _) in free.items()} if r0 is not None else None,
-        params, n_range, settings,
-    )
+    draws, stats = bootstrap_sigmoid(frontier, fitted, curves, free_r0, params, n_range, settings, resampled)
     ci = None
     if len(draws):
         low, high = np.percentile(draws, [2.5, 97.5], axis=0)

@@ -40,6 +40,9 @@ class RewardCurve:
     runs: int = 1
     at_bounds: dict[str, str] = field(default_factory=dict)
     not_identified: tuple[str, ...] = ()
+    # (resamples, 4) rows (R0, A, ln C_mid, beta) refitted on the fit's bootstrap resamples of the runs, NaN where
+    # not refitted; None without a bootstrap. Every curve of one fit holds the same resamples.
+    draws: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def covers(self, compute: np.ndarray) -> np.ndarray:
         lo, hi = self.c_range
@@ -71,15 +74,17 @@ def reward_curves(result: FrontierFit) -> list[RewardCurve]:
         b_problem = int(b) if isinstance(b, (int, np.integer)) or (isinstance(b, float) and b.is_integer()) else None
         flags = result.flags.get(key)
         out.append(RewardCurve(key[0], b_problem, curve, (float(row["C_min"]), float(row["C_max"])), int(row["runs"]),
-                               dict(flags.at_bounds) if flags else {}, flags.not_identified if flags else ()))
+                               dict(flags.at_bounds) if flags else {}, flags.not_identified if flags else (),
+                               result.curve_draws.get(key)))
     return sorted(out, key=lambda rc: (rc.n, rc.b_problem or 0))
 
 
 def reward_curves_field(curves: Sequence[RewardCurve], group_by: Sequence[str] = ("n",)) -> dict[str, Any]:
     """The ``reward_curves`` field of ``curve.json``: the form, the grouping, and per group
     ``n``, ``b_problem`` (null when the group mixed several), ``R0``, ``A``, ``C_mid``, ``beta``,
-    ``c_range`` ([C_min, C_max] its runs covered), ``runs``, ``at_bounds`` ({parameter: "lower" | "upper"})
-    and ``not_identified`` (["R0", "C_mid"] or part of it)."""
+    ``c_range`` ([C_min, C_max] its runs covered), ``runs``, ``at_bounds`` ({parameter: "lower" | "upper"}),
+    ``not_identified`` (["R0", "C_mid"] or part of it) and, when the fit bootstrapped, ``bootstrap`` (the curve on
+    each resample, [R0, A, C_mid, beta] or null)."""
     return {
         "form": FORM,
         "group_by": ",".join(group_by),
@@ -95,6 +100,7 @@ def reward_curves_field(curves: Sequence[RewardCurve], group_by: Sequence[str] =
                 "runs": rc.runs,
                 "at_bounds": dict(rc.at_bounds),
                 "not_identified": list(rc.not_identified),
+                **({} if rc.draws is None else {"bootstrap": _draws_field(rc.draws)}),
             }
             for rc in curves
         ],
@@ -120,9 +126,21 @@ def reward_curves_from(curve: Curve, source: str, budget: float | None = None) -
         )
     return [
         RewardCurve(e["n"], e["b_problem"], SaturatingCurve(e["R0"], e["A"], e["C_mid"], e["beta"]), e["c_range"], e["runs"],
-                    e["at_bounds"], e["not_identified"])
+                    e["at_bounds"], e["not_identified"], None if e["bootstrap"] is None else _draws_array(e["bootstrap"]))
         for e in reward_curve_entries(field, curve.metric, source)
     ]
+
+
+def _draws_field(draws: np.ndarray) -> list:
+    """Bootstrap rows (R0, A, ln C_mid, beta) as the curve file holds them: [R0, A, C_mid, beta], null if not refitted."""
+    return [None if np.isnan(row).any() else [float(row[0]), float(row[1]), float(np.exp(row[2])), float(row[3])]
+            for row in np.asarray(draws, dtype=float)]
+
+
+def _draws_array(rows: list) -> np.ndarray:
+    """The inverse of :func:`_draws_field`."""
+    return np.array([[np.nan] * 4 if row is None else [row[0], row[1], np.log(row[2]), row[3]] for row in rows],
+                    dtype=float).reshape(-1, 4)
 
 
 def select(curves: Sequence[RewardCurve], spec: str | None) -> list[RewardCurve]:
