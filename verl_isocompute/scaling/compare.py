@@ -46,7 +46,6 @@ from verl_isocompute import _compat
 from verl_isocompute.jsonl import plain
 from verl_isocompute.scaling.curve import Curve
 from verl_isocompute.scaling.envelope import envelope
-from verl_isocompute.scaling.saturating import saturating_reward
 from verl_isocompute.scaling.fit import FrontierFit, nice_budgets
 from verl_isocompute.scaling.reward_curves import (
     EDGE,
@@ -58,6 +57,7 @@ from verl_isocompute.scaling.reward_curves import (
     reward_curves_from,
     select,
 )
+from verl_isocompute.scaling.saturating import saturating_reward
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -307,6 +307,7 @@ def _format_spread(table: pd.DataFrame, metric: str, compute_unit: str, chosen_n
             multiplier = multiplier_text(row) + _interval_text(row["multiplier_low"], row["multiplier_high"], ".2f", "x")
             mark = "  <- compute-optimal" if row["optimal"] else ""
             mark += "  <- allocated" if chosen_n is not None and row["n"] == chosen_n else ""
+            mark += f"  (b_problem = {int(row['b_problem'])})" if part["n"].duplicated(keep=False).any() else ""
             lines.append(f"  {row['n']:>6}  {reward:>26}  {multiplier:>34}  {row['best_share']:>6.0%}{mark}")
     used = int(table["resamples"].max())
     lines.append(f"[95%]: percentiles over {used} bootstrap resamples of each n's runs (seeds; `isocompute fit "
