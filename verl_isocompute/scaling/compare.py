@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -57,7 +56,7 @@ from verl_isocompute.scaling.reward_curves import (
     reward_curves_from,
     select,
 )
-from verl_isocompute.scaling.saturating import saturating_reward
+from verl_isocompute.scaling.compare_spread import NO_SPREAD, interval_text, resampled
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -114,7 +113,7 @@ def compare_at(
 
     When the curves carry the fit's bootstrap (each n's curve refitted on resamples of its runs, the seeds:
     :func:`~verl_isocompute.scaling.bootstrap.bootstrap_curves`), the comparison is redone on every resample
-    (:func:`resampled`): ``reward_low`` / ``reward_high`` and ``multiplier_low`` / ``multiplier_high`` are 95%
+    (:func:`~verl_isocompute.scaling.compare_spread.resampled`): ``reward_low`` / ``reward_high`` and ``multiplier_low`` / ``multiplier_high`` are 95%
     percentile intervals (inf: on some resamples this n does not reach R* within its fitted range),
     ``best_share`` the share of resamples in which this n gives R*, ``resamples`` how many were used; NaN (0)
     without a bootstrap.
@@ -161,60 +160,9 @@ def compare_at(
                     row.update(reach_status=BEFORE, multiplier_bound=lo / c)
                 else:
                     row.update(reach_status=REACHED, compute_needed=needed, multiplier=needed / c)
-            row.update(spread(i, curves.index(rc)) if spread else _NO_SPREAD)
+            row.update(spread(i, curves.index(rc)) if spread else NO_SPREAD)
             rows.append(row)
     return pd.DataFrame(rows)
-
-
-_NO_SPREAD = {"reward_low": np.nan, "reward_high": np.nan, "multiplier_low": np.nan, "multiplier_high": np.nan,
-              "best_share": np.nan, "resamples": 0}
-
-
-def resampled(curves: Sequence[RewardCurve], budgets: np.ndarray):
-    """The comparison on every bootstrap resample the curves share: a function (budget index, curve index) ->
-    the interval columns of :func:`compare_at`, or None when the curves carry no common bootstrap.
-
-    On resample b, R*_b(C) is the envelope of the resampled curves (each inside its full-data range, as
-    :func:`optimum`), n's reward is R_n,b(C), and its multiplier is 1 where it gives R*_b, else C_n,b(R*_b) / C,
-    inf when that lies past n's range and C_min / C (an upper bound) when before it. Resamples where any curve
-    could not be refitted are left out."""
-    draws = [rc.draws for rc in curves]
-    if any(d is None for d in draws) or len({len(d) for d in draws}) != 1 or not len(draws[0]):
-        return None
-    params = np.stack(draws, axis=1)  # (resamples, curves, 4)
-    params = params[~np.isnan(params).any(axis=(1, 2))]
-    if not len(params):
-        return None
-    m = len(params)
-    cover = np.broadcast_to(np.array([rc.c_range for rc in curves], dtype=float), (m, len(curves), 2))
-    log2_n = np.log2([float(rc.n) for rc in curves])
-    best, winner, _ = envelope(params, cover, log2_n, np.broadcast_to(budgets, (m, len(budgets))), window=1)
-
-    def columns(i: int, j: int) -> dict[str, Any]:
-        c, rc = budgets[i], curves[j]
-        lo, hi = rc.c_range
-        r_star, wins = best[:, i], winner[:, i] == j
-        out = dict(_NO_SPREAD, best_share=float(wins.mean()), resamples=m)
-        p = params[:, j]
-        if rc.covers(np.array([c]))[0]:
-            reward = saturating_reward(np.log(c), p[:, 0], p[:, 1], p[:, 2], p[:, 3])
-            out["reward_low"], out["reward_high"] = _percentiles(reward)
-        if (winner[:, i] >= 0).all():
-            curve = SimpleNamespace(R0=p[:, 0], A=p[:, 1], C_mid=np.exp(p[:, 2]), beta=p[:, 3])  # one per resample
-            with np.errstate(invalid="ignore"):
-                needed = compute_to_reach(curve, r_star)
-            needed = np.where(needed > hi * (1 + EDGE), np.inf, np.maximum(needed, lo))
-            multiplier = np.where(wins, 1.0, needed / c)
-            out["multiplier_low"], out["multiplier_high"] = _percentiles(multiplier)
-        return out
-
-    return columns
-
-
-def _percentiles(values: np.ndarray) -> tuple[float, float]:
-    """The 2.5 and 97.5 percentiles without interpolation (values may be inf)."""
-    low, high = np.quantile(values, [0.025, 0.975], method="inverted_cdf")
-    return float(low), float(high)
 
 
 def default_budgets(curves: Sequence[RewardCurve]) -> list[float]:
@@ -241,14 +189,6 @@ def multiplier_text(row: dict[str, Any]) -> str:
     if status == BEFORE:
         return f"<= {row['multiplier_bound']:.3g}x"
     return "-"
-
-
-def _interval_text(low: float, high: float, fmt: str, suffix: str = "") -> str:
-    """" [low, high]" of a bootstrap interval; an infinite end reads "past fit" (not reached within the range)."""
-    if not np.isfinite(low) and not np.isfinite(high):
-        return " [past fit]" if low == high == np.inf else ""
-    high_text = "past fit" if high == np.inf else f"{high:{fmt}}{suffix}"
-    return f" [{low:{fmt}}{suffix}, {high_text}]"
 
 
 def format_table(table: pd.DataFrame, metric: str, compute_unit: str, chosen_n: int | None = None) -> str:
@@ -302,9 +242,9 @@ def _format_spread(table: pd.DataFrame, metric: str, compute_unit: str, chosen_n
                      f"{first['R_star']:.4f}")
         lines.append(f"  {'n':>6}  {'reward at C [95%]':>26}  {'C_n(R*)/C [95%]':>34}  {'n* in':>6}")
         for row in part.to_dict("records"):
-            reward = (f"{row['reward']:.4f}" + _interval_text(row["reward_low"], row["reward_high"], ".3f")
+            reward = (f"{row['reward']:.4f}" + interval_text(row["reward_low"], row["reward_high"], ".3f")
                       if row["reward_status"] == FITTED else f"({row['reward_status']})")
-            multiplier = multiplier_text(row) + _interval_text(row["multiplier_low"], row["multiplier_high"], ".2f", "x")
+            multiplier = multiplier_text(row) + interval_text(row["multiplier_low"], row["multiplier_high"], ".2f", "x")
             mark = "  <- compute-optimal" if row["optimal"] else ""
             mark += "  <- allocated" if chosen_n is not None and row["n"] == chosen_n else ""
             mark += f"  (b_problem = {int(row['b_problem'])})" if part["n"].duplicated(keep=False).any() else ""

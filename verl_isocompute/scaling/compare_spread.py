@@ -1,0 +1,80 @@
+"""The comparison of :mod:`verl_isocompute.scaling.compare` on every bootstrap resample of the runs: 95%
+intervals of each fixed n's reward and multiplier, and the share of resamples in which it is the compute-optimal n.
+
+The fit's bootstrap over seeds refits each n's curve on resamples of that n's own runs
+(:func:`~verl_isocompute.scaling.bootstrap.bootstrap_curves`); ``curve.json`` keeps those curves, so the intervals
+can be redone at any budget (``isocompute allocate --compare``). They carry the run-to-run variation the seeds
+show, which a comparison from the full-data curves alone cannot. Pure: no verl, no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from verl_isocompute.scaling.envelope import envelope
+from verl_isocompute.scaling.reward_curves import EDGE, RewardCurve, compute_to_reach
+from verl_isocompute.scaling.saturating import saturating_reward
+
+# the interval columns of a comparison made without a bootstrap
+NO_SPREAD = {"reward_low": np.nan, "reward_high": np.nan, "multiplier_low": np.nan, "multiplier_high": np.nan,
+             "best_share": np.nan, "resamples": 0}
+
+
+def resampled(curves: Sequence[RewardCurve], budgets: np.ndarray):
+    """The comparison on every bootstrap resample the curves share: a function (budget index, curve index) -> the
+    interval columns of :func:`~verl_isocompute.scaling.compare.compare_at`, or None when the curves carry no common
+    bootstrap.
+
+    On resample b, R*_b(C) is the envelope of the resampled curves (each inside its full-data range, as
+    :func:`~verl_isocompute.scaling.compare.optimum`), n's reward is R_n,b(C), and its multiplier is 1 where it gives R*_b, else C_n,b(R*_b) / C,
+    inf when that lies past n's range and C_min / C (an upper bound) when before it. Resamples where any curve
+    could not be refitted are left out."""
+    draws = [rc.draws for rc in curves]
+    if any(d is None for d in draws) or len({len(d) for d in draws}) != 1 or not len(draws[0]):
+        return None
+    params = np.stack(draws, axis=1)  # (resamples, curves, 4)
+    params = params[~np.isnan(params).any(axis=(1, 2))]
+    if not len(params):
+        return None
+    m = len(params)
+    cover = np.broadcast_to(np.array([rc.c_range for rc in curves], dtype=float), (m, len(curves), 2))
+    log2_n = np.log2([float(rc.n) for rc in curves])
+    best, winner, _ = envelope(params, cover, log2_n, np.broadcast_to(budgets, (m, len(budgets))), window=1)
+
+    def columns(i: int, j: int) -> dict[str, Any]:
+        c, rc = budgets[i], curves[j]
+        lo, hi = rc.c_range
+        r_star, wins = best[:, i], winner[:, i] == j
+        out = dict(NO_SPREAD, best_share=float(wins.mean()), resamples=m)
+        p = params[:, j]
+        if rc.covers(np.array([c]))[0]:
+            reward = saturating_reward(np.log(c), p[:, 0], p[:, 1], p[:, 2], p[:, 3])
+            out["reward_low"], out["reward_high"] = percentiles(reward)
+        if (winner[:, i] >= 0).all():
+            curve = SimpleNamespace(R0=p[:, 0], A=p[:, 1], C_mid=np.exp(p[:, 2]), beta=p[:, 3])  # one per resample
+            with np.errstate(invalid="ignore"):
+                needed = compute_to_reach(curve, r_star)
+            needed = np.where(needed > hi * (1 + EDGE), np.inf, np.maximum(needed, lo))
+            multiplier = np.where(wins, 1.0, needed / c)
+            out["multiplier_low"], out["multiplier_high"] = percentiles(multiplier)
+        return out
+
+    return columns
+
+
+def percentiles(values: np.ndarray) -> tuple[float, float]:
+    """The 2.5 and 97.5 percentiles without interpolation (values may be inf)."""
+    low, high = np.quantile(values, [0.025, 0.975], method="inverted_cdf")
+    return float(low), float(high)
+
+
+def interval_text(low: float, high: float, fmt: str, suffix: str = "") -> str:
+    """" [low, high]" of a bootstrap interval; an infinite end reads "past fit" (not reached within the range)."""
+    if not np.isfinite(low) and not np.isfinite(high):
+        return " [past fit]" if low == high == np.inf else ""
+    high_text = "past fit" if high == np.inf else f"{high:{fmt}}{suffix}"
+    return f" [{low:{fmt}}{suffix}, {high_text}]"
