@@ -9,7 +9,7 @@ LR rule of ``isocompute.lr``, and ``isocompute.decoupled.n_train`` under the dec
 as the run's allocation hook would, so the printed lr is the one the run uses; flags given here win over
 the recipe. ``--compare [n=N,N,...]`` adds what each fixed n of the fitted sweep costs at this budget
 (:mod:`verl_isocompute.scaling.compare`; needs the per-n curves `isocompute fit` stores in curve.json, which
-paper presets do not have). Errors print one line and exit with status 2; a closed pipe (``| head``) ends quietly
+paper presets do not have), with 95% intervals when the fit bootstrapped over seeds. Errors print one line and exit with status 2; a closed pipe (``| head``) ends quietly
 (:mod:`verl_isocompute.commands.cli`).
 """
 
@@ -92,7 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compare", nargs="?", const="all", metavar="n=N,N,...",
         help="also show what each fixed n of the fitted sweep (default: all) costs at this budget against the "
-             "compute-optimal n; needs a curve.json from `isocompute fit` (paper presets carry only n*(C))",
+             "compute-optimal n, with 95%% intervals over the fit's resamples of each n's seeds when it has them; "
+             "needs a curve.json from `isocompute fit` (paper presets carry only n*(C))",
     )
 
 
