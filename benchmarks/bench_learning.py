@@ -236,12 +236,7 @@ def train(args, run_dir: Path | None = None, files: tuple[Path, Path] | None = N
         print(f"{run_dir} is already done (remove it to run again)")
         return run_dir
     cmd = train_command(args, run_dir, files)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    print("$", " ".join(cmd), flush=True)
-    started = time.time()
-    with open(run_dir / "verl.log", "w") as log:
-        code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
-    wall = time.time() - started
+    code, started, wall = run_logged(cmd, run_dir)
     if code != 0:
         raise SystemExit(f"training failed ({code}): {run_dir / 'verl.log'}")
     (run_dir / "learning_run.json").write_text(json.dumps({
@@ -250,6 +245,16 @@ def train(args, run_dir: Path | None = None, files: tuple[Path, Path] | None = N
     }, indent=2) + "\n")
     print(f"training: {wall:.0f} s wall", flush=True)
     return run_dir
+
+
+def run_logged(cmd: list[str], run_dir: Path) -> tuple[int, float, float]:
+    """Run ``cmd`` (printed first) with its output in ``run_dir``/verl.log: (exit code, start time, wall seconds)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    print("$", " ".join(cmd), flush=True)
+    started = time.time()
+    with open(run_dir / "verl.log", "w") as log:
+        code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    return code, started, time.time() - started
 
 
 def machine() -> dict:

@@ -25,9 +25,7 @@ micro-batch's extreme, and the share above the cap is the mean of each micro-bat
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -63,14 +61,9 @@ def run(out: Path, steps: int) -> None:
             print(f"{run_dir} is already done (remove it to run again)")
             continue
         cmd = command(arm, steps, run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        print("$", " ".join(cmd), flush=True)
-        started = time.time()
-        with open(run_dir / "verl.log", "w") as log:
-            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+        code, _, wall = bench_learning.run_logged(cmd, run_dir)
         if code != 0:
             raise BenchError(f"the {arm} run failed ({code}): {run_dir / 'verl.log'}")
-        wall = time.time() - started
         (run_dir / RUN_FILE).write_text(json.dumps({"command": cmd, "wall_s": round(wall, 1),
                                                     "machine": bench_learning.machine()}, indent=2) + "\n")
         print(f"{arm}: {wall:.0f} s wall", flush=True)
