@@ -191,7 +191,7 @@ def test_sigterm_stops_the_running_cell_and_its_processes(workflow):
 def test_resumed_sweep_completes_every_cell_once(workflow):
     proc, sweep_dir = workflow["resumed"], workflow["sweep_dir"]
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "1 cell(s) already finished: b2_n4" in proc.stderr
+    assert "1 cell already finished: b2_n4" in proc.stderr
     cells = workflow["state"]["cells"]
     assert {k: r["status"] for k, r in cells.items()} == {"b2_n4": "done", "b2_n8": "done", "b4_n4": "done", "b4_n8": "skipped"}
     # the finished cell was not run again; the interrupted one was restarted from a clean directory

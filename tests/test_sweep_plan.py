@@ -196,6 +196,9 @@ def test_dry_run_lists_cells_x_seeds_and_totals():
     assert "skipped: one step takes 2048 rollouts > budget 1024" in lines[4]
     assert lines[-1] == ("6 runs to run (2 cells x 3 seeds; 3 runs skipped: budget below one step), "
                          f"{3 * (64 + 16)} steps, {6 * 1024} rollouts in total")
+    one = parse_plan({"name": "p", "recipe": "r", "budget_rollouts": 64, "b_problem": [8], "n": [8], "seeds": [0, 1]})
+    assert describe(one).splitlines()[-1] == ("2 runs to run (1 cell x 2 seeds; 0 runs skipped: budget below one step), "
+                                              "2 steps, 128 rollouts in total")
 
 
 def test_dry_run_cli_prints_cells_without_importing_verl(tmp_path):

@@ -244,9 +244,14 @@ def describe(plan: Plan) -> str:
         )
     runnable, small = plan.runnable(), plan.too_small()
     if plan.seeds:
-        count = (f"{len(runnable)} runs to run ({len(runnable) // len(plan.seeds)} cells x {len(plan.seeds)} seeds; "
-                 f"{len(small)} runs skipped: budget below one step)")
+        count = (f"{counted(len(runnable), 'run')} to run ({counted(len(runnable) // len(plan.seeds), 'cell')} x "
+                 f"{counted(len(plan.seeds), 'seed')}; {counted(len(small), 'run')} skipped: budget below one step)")
     else:
-        count = f"{len(runnable)} cells to run ({len(small)} skipped: budget below one step)"
+        count = f"{counted(len(runnable), 'cell')} to run ({len(small)} skipped: budget below one step)"
     lines.append(f"{count}, {sum(c.steps for c in runnable)} steps, {total} rollouts in total")
     return "\n".join(lines)
+
+
+def counted(k: int, noun: str) -> str:
+    """A count and its noun, singular for one: ``1 cell``, ``2 cells`` (the sweep's dry run and progress lines)."""
+    return f"{k} {noun}{'' if k == 1 else 's'}"

@@ -26,7 +26,7 @@ from verl_isocompute.runlog import CONSOLE_LOG, logged_steps
 from verl_isocompute.workflow import launch
 from verl_isocompute.workflow.launch import Interrupted
 from verl_isocompute.workflow.sweep.executors import CellHandle, Executor, Outcome
-from verl_isocompute.workflow.sweep.grid import Cell, Plan, cell_overrides
+from verl_isocompute.workflow.sweep.grid import Cell, Plan, cell_overrides, counted
 from verl_isocompute.workflow.sweep.preflight import dataset_size
 from verl_isocompute.workflow.sweep.state import (
     ATTEMPTS_DIR,
@@ -189,8 +189,9 @@ class Sweep:
                 self.echo(f"[sweep] {cell.id}: skipped: {record['reason']}")
         queue = self.todo()
         done_before = [c.id for c in self.plan.runnable() if self.state.cells[c.id]["status"] == FINISHED]
+        unit = "run" if self.plan.seeds else "cell"  # with seeds, an id names one seed's run of a cell
         if done_before:
-            self.echo(f"[sweep] {len(done_before)} cell(s) already finished: {', '.join(done_before)}")
+            self.echo(f"[sweep] {counted(len(done_before), unit)} already finished: {', '.join(done_before)}")
         runnable = [c for c in self.plan.runnable() if self.state.cells[c.id]["status"] != SKIPPED]
         total_steps = sum(c.steps for c in runnable)
         running: dict[str, tuple[Cell, CellHandle]] = {}
@@ -225,7 +226,7 @@ class Sweep:
                             self._finish(cell, handle, outcome)
                     self._update_bar(bar, runnable, running)
             except Interrupted as exc:
-                self.echo(f"[sweep] {exc}: stopping {len(running)} running cell(s); rerun the same command to resume")
+                self.echo(f"[sweep] {exc}: stopping {counted(len(running), unit)} in progress; rerun the same command to resume")
                 for cell_id, (cell, handle) in running.items():
                     self.executor.stop(handle)
                     record = self.state.cells[cell_id]
