@@ -107,3 +107,14 @@ def test_the_recorder_reads_a_sweep_into_the_rule_the_fit_and_the_report(tmp_pat
     assert "compare at C = 1024, n = 2: reward" in text and "test set, n = 8: strict accuracy change" in text
     again = json.loads(json.dumps(nstar_sweep.figures(), default=float, allow_nan=False))
     assert not _close(again, json.loads((tmp_path / "expected.json").read_text()))
+
+
+def test_every_resample_of_a_flat_sweep_is_refitted(tmp_path, monkeypatch):
+    """Where the two arms do not differ, each n's curve sits on a flat ridge (C_mid not identified) and a refit from
+    the full-data curve needs hundreds of damped steps. Every resample must still count: a refit cut short is left
+    out of the intervals, and which ones are cut short is not random (100 steps left out ~40% of these)."""
+    _synthetic_sweep(tmp_path, seeds=5, gap=0.0)
+    monkeypatch.setattr(nstar_sweep, "FIXTURE", tmp_path)
+    requested = nstar_sweep.options().bootstrap
+    # a resample counts in the comparison only when every n's refit converged on it
+    assert [row["resamples"] for row in nstar_sweep.figures()["fit"]["compare"]] == [requested, requested]
