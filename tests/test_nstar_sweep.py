@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -61,10 +62,10 @@ def test_evidence_md_quotes_the_report():
     assert block == nstar_sweep.report()
 
 
-def _synthetic_sweep(root, seeds=3, gap=0.0):
+def _synthetic_sweep(root, seeds=3, gap=0.0, lead8=0.0):
     """Runs shaped as the sweep writes them: n = 2 and n = 8 per seed, 1,024 rollouts, a training reward rising
-    from 0.4 by 0.2 over the budget (n = 2 ahead by ``gap`` in the first quarter, n = 8 in the last), test-set
-    counts at both ends."""
+    from 0.4 by 0.2 over the budget (n = 2 ahead by ``gap`` in the first quarter, n = 8 in the last; n = 8 ahead
+    by ``lead8`` throughout), test-set counts at both ends."""
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -76,7 +77,7 @@ def _synthetic_sweep(root, seeds=3, gap=0.0):
                     {"step": 0, "n": n, "b_problem": 8, "rollouts": 0, "tokens": 0, "epoch": 0.0}]
             for step in range(1, 1024 // (8 * n) + 1):
                 c = step * 8 * n
-                ahead = gap if (n == 2 and c <= 256) or (n == 8 and c > 768) else 0.0
+                ahead = (gap if (n == 2 and c <= 256) or (n == 8 and c > 768) else 0.0) + (lead8 if n == 8 else 0.0)
                 reward = float(np.clip(0.4 + 0.2 * c / 1024 + ahead + rng.normal(0, 0.02), 0, 1))
                 rows.append({"step": step, "n": n, "b_problem": 8, "rollouts": c, "tokens": 0, "epoch": 0.0,
                              "train/reward": reward})
@@ -118,3 +119,21 @@ def test_every_resample_of_a_flat_sweep_is_refitted(tmp_path, monkeypatch):
     requested = nstar_sweep.options().bootstrap
     # a resample counts in the comparison only when every n's refit converged on it
     assert [row["resamples"] for row in nstar_sweep.figures()["fit"]["compare"]] == [requested, requested]
+
+
+@pytest.mark.parametrize("gap, lead8, edge", [(0.0, 0.15, True), (0.1, 0.0, False)])
+def test_a_change_of_n_star_only_where_a_larger_n_starts_is_named(tmp_path, gap, lead8, edge):
+    """n = 8's first step spends 64 rollouts and n = 2's 16, so below C = 64 only n = 2 was run and is n*. With
+    n = 8 ahead wherever it was run, the envelope still goes from 2 to 8 at C = 64 and a sigmoid fits that: the fit
+    must say the change is where n = 8's runs begin, not a crossing. Where n = 8 overtakes n = 2 inside both
+    ranges (the paper's shape), it must not."""
+    from verl_isocompute.scaling.pipeline import run_fit
+
+    _synthetic_sweep(tmp_path, seeds=3, gap=gap, lead8=lead8)
+    result = run_fit([tmp_path / "cells"], None, nstar_sweep.options()).result
+    assert result.curve is not None  # n* changes on the grid either way, so a sigmoid is fitted
+    named = [w for w in result.warnings if w.startswith("n* changes only where the runs of an n begin or end")]
+    assert bool(named) == edge
+    if edge:  # the first value of the fit's grid (20 a decade) at or past 64
+        at = float(re.search(r"\(near C = ([0-9.e+]+)\)", named[0]).group(1))
+        assert 64 <= at <= 64 * 10 ** (1 / 20) * 1.01

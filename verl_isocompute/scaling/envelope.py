@@ -75,9 +75,7 @@ def running_mean(values: np.ndarray, valid: np.ndarray, window: int) -> np.ndarr
 
 def envelope_table(groups, curves, grid, keys, window) -> pd.DataFrame:
     """:func:`envelope` of the full-data fit, as the table ``frontier.csv`` holds (uncovered C left out)."""
-    params = np.array([[c.R0, c.A, math.log(c.C_mid), c.beta] for c in (curves[g.key] for g in groups)])
-    cover = np.array([(g.points["C"].min(), g.points["C"].max()) for g in groups], dtype=float)
-    log2_n = np.log2([float(g.key[0]) for g in groups])
+    params, cover, log2_n = _stacked(groups, curves)
     best, winner, smoothed = envelope(params[None], cover[None], log2_n, grid[None], window)
     keep = winner[0] >= 0
     grid, best, winner, smoothed = grid[keep], best[0, keep], winner[0, keep], smoothed[0, keep]
@@ -92,6 +90,36 @@ def envelope_table(groups, curves, grid, keys, window) -> pd.DataFrame:
     table["log2_n_star_fit"] = np.nan
     table["residual"] = np.nan
     return table
+
+
+def edge_switches(groups, curves, grid) -> tuple[list[float], int]:
+    """Where n*(C) changes between neighbouring grid values of C, whether one curve overtook another or a curve's
+    runs began or ended there. Returns the C values of the latter kind and the number of the former.
+
+    A curve competes only over the C its runs cover (:func:`envelope`), and a larger n spends more rollouts on its
+    first step: below that C only the smaller n were run, so n* there is a smaller n whatever the curves do. A
+    change of n* is a crossing only when both n's runs cover the C on both sides of it.
+    """
+    params, cover, log2_n = _stacked(groups, curves)
+    winner = envelope(params[None], cover[None], log2_n, grid[None], window=1)[1][0]
+    inside = (grid[None, :] >= cover[:, :1] * (1 - 1e-9)) & (grid[None, :] <= cover[:, 1:] * (1 + 1e-9))
+    edges, crossings = [], 0
+    for i in np.flatnonzero((winner[1:] >= 0) & (winner[:-1] >= 0)) + 1:
+        before, after = winner[i - 1], winner[i]
+        if log2_n[before] == log2_n[after]:
+            continue
+        if inside[[before, after]][:, [i - 1, i]].all():
+            crossings += 1
+        else:
+            edges.append(float(grid[i]))
+    return edges, crossings
+
+
+def _stacked(groups, curves) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The full-data fit as :func:`envelope` takes it: (G, 4) curve rows, (G, 2) covered C ranges, (G,) log2 n."""
+    params = np.array([[c.R0, c.A, math.log(c.C_mid), c.beta] for c in (curves[g.key] for g in groups)])
+    cover = np.array([(g.points["C"].min(), g.points["C"].max()) for g in groups], dtype=float)
+    return params, cover, np.log2([float(g.key[0]) for g in groups])
 
 
 def empty_grid() -> pd.DataFrame:

@@ -68,7 +68,7 @@ import pandas as pd
 from verl_isocompute import _compat
 from verl_isocompute.scaling.bootstrap import bootstrap_curves, bootstrap_sigmoid
 from verl_isocompute.scaling.curve import Curve, sigmoid_log2_n
-from verl_isocompute.scaling.envelope import GRID_PER_DECADE, empty_grid, envelope_table, log_grid
+from verl_isocompute.scaling.envelope import GRID_PER_DECADE, edge_switches, empty_grid, envelope_table, log_grid
 from verl_isocompute.scaling.errors import FitError, ScalingError
 from verl_isocompute.scaling.fit_defaults import (
     BOOTSTRAP_OVER,
@@ -283,6 +283,15 @@ def fit_frontier(
             "determined. Add runs with other n, or runs that reach larger/smaller C"
         )
         return result(table, curve=None, no_curve_reason=reason)
+
+    edges, crossings = edge_switches(fitted, curves, grid_c)
+    if edges and not crossings:
+        warnings.append(
+            f"n* changes only where the runs of an n begin or end (near C = {', '.join(f'{c:.3g}' for c in edges)}), "
+            "never where one n's curve overtakes another's: there the sigmoid shows which n were run at that C (a "
+            "larger n spends more on its first step), not that a larger n pays off at larger C. Where both were run, "
+            "compare the curves themselves: compare.csv, or isocompute allocate --compare"
+        )
 
     # Step 5.
     n_range = (math.log2(min(n_values)), math.log2(max(n_values)))
