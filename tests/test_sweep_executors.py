@@ -122,10 +122,25 @@ def test_a_signal_in_a_process_that_starts_ray_shuts_ray_down_before_the_excepti
     monkeypatch.setattr(launch, "shutdown_ray", lambda: calls.append(signal.getsignal(signal.SIGTERM)))
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(launch.Interrupted) as caught:
-        with launch.shutting_down_ray_on_signal():
+        with launch.shutting_down_ray_on_error():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)  # the signal raises here, at once
     assert caught.value.exit_code == 143 and calls == [before]  # shut down once, after the handlers were restored
+
+
+def test_an_error_in_a_process_that_starts_ray_shuts_ray_down_before_the_exception_leaves(monkeypatch):
+    """Ray prints its held-back worker log lines when the driver disconnects; shutting down before the
+    exception leaves puts them before the one error line the caller prints (it was at exit, after it)."""
+    pytest.importorskip("ray")
+    calls = []
+    monkeypatch.setattr(launch, "shutdown_ray", lambda: calls.append("shutdown"))
+    with pytest.raises(ValueError):
+        with launch.shutting_down_ray_on_error():
+            raise ValueError("a worker failed")
+    assert calls == ["shutdown"]
+    with launch.shutting_down_ray_on_error():
+        pass
+    assert calls == ["shutdown"]  # a block that ends normally leaves Ray to the caller
 
 
 def test_main_command_is_the_recipe_entry_point():

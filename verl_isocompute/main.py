@@ -50,7 +50,7 @@ def main(cfg: DictConfig) -> None:
     from verl_isocompute.workflow import launch
 
     try:
-        with removing_shared_memory(), launch.shutting_down_ray_on_signal():
+        with removing_shared_memory(), launch.shutting_down_ray_on_error():
             run(cfg)
     except launch.Interrupted as exc:
         print(f"isocompute: stopped by {exc}; verl and its Ray processes are stopped; kept the run directory "

@@ -310,7 +310,7 @@ def _sample(cfg, settings: CurateConfig, pending: pd.DataFrame, states: dict[str
     # SIGTERM / Ctrl-C raise at once (also inside ray.get); Ray and its rollout servers are shut down
     # before the exception leaves, and what was sampled stays cached.
     try:
-        with launch.shutting_down_ray_on_signal():
+        with launch.shutting_down_ray_on_error():
             sample(sampler, ready, done, ray_address=settings.ray_address, next_round=plan)
     finally:
         bar.close()

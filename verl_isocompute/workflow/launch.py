@@ -11,8 +11,8 @@ and escapes both the group and the tree).
 caller checks for it, so a command can stop its children and save its state before it exits (the demo and
 the sweep: they supervise child processes). :func:`stopping_ray` is for a process that starts Ray itself
 (``python -m verl_isocompute.main``, ``isocompute curate``): the signal raises at once, also inside
-``ray.get``, and :func:`shutting_down_ray_on_signal` shuts its Ray instance down (:func:`shutdown_ray`). Ray's driver installs
-handlers of its own in ``ray.init`` (a C++ failure handler that aborts on SIGTERM with a stack dump, exit
+``ray.get``, and :func:`shutting_down_ray_on_error` shuts its Ray instance down (:func:`shutdown_ray`).
+Ray's driver installs handlers of its own in ``ray.init`` (a C++ failure handler that aborts on SIGTERM with a stack dump, exit
 -6, and a Python one that calls ``sys.exit(15)``, which leaves the caller no way to report what it kept),
 so the context disables the first (``RAY_DISABLE_FAILURE_SIGNAL_HANDLER=1``, read by ``ray.init``) and
 puts ours back after ``ray.init`` returns.
@@ -139,14 +139,17 @@ def stopping_ray() -> Iterator[SignalLatch]:
 
 
 @contextmanager
-def shutting_down_ray_on_signal() -> Iterator[SignalLatch]:
-    """:func:`stopping_ray`, and on :class:`Interrupted` :func:`shutdown_ray` before the exception leaves
-    the block: the one stop pattern of a process that starts Ray itself (``python -m verl_isocompute.main``,
-    curation, the prefix search). The caller catches :class:`Interrupted` to report what it kept."""
+def shutting_down_ray_on_error() -> Iterator[SignalLatch]:
+    """:func:`stopping_ray`, and on any exception (:class:`Interrupted` included) :func:`shutdown_ray` before
+    the exception leaves the block: the one stop pattern of a process that starts Ray itself (``python -m
+    verl_isocompute.main``, curation, the prefix search). The caller catches the exception to print one line
+    on what happened or what it kept. Shutting down first makes that line the last: Ray holds back repeated
+    worker log lines ("[repeated 77x across cluster]") and prints them when the driver disconnects, which
+    would otherwise be at interpreter exit, after the caller's line."""
     try:
         with stopping_ray() as latch:
             yield latch
-    except Interrupted:
+    except BaseException:
         shutdown_ray()
         raise
 

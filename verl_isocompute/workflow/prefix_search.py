@@ -284,7 +284,7 @@ def _rounds(settings: PrefixSearchConfig, sampler, problems: list[Problem], prom
         log(_round_line(0, decisions(searched, valid, rule, band), skipped) + " (all decided by the cached rung samplings)")
         return 0
     rounds = 0
-    with launch.shutting_down_ray_on_signal(), running(sampler, settings.ray_address) as sample_batch:
+    with launch.shutting_down_ray_on_error(), running(sampler, settings.ray_address) as sample_batch:
         while pending:
             rounds += 1
             batch = []
