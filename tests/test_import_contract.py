@@ -28,6 +28,17 @@ def test_platform_registry():
     assert "VERL_PLATFORM" in _source(platform_manager._detect_platform_name)
 
 
+def test_verls_rollouts_are_the_ones_the_cpu_check_knows():
+    """training/config.check_platform refuses a rollout name it does not know on the CPU platform; a rollout
+    verl adds would be refused there as a typo until the check learns whether it runs on a CPU."""
+    from verl.workers.rollout import base
+
+    from verl_isocompute.training.config import GPU_ONLY_ROLLOUTS, VLLM_ROLLOUT
+
+    verls = {name for name, _ in base._ROLLOUT_REGISTRY} - {"hf"}  # ours, registered when our plugin is loaded
+    assert verls == {VLLM_ROLLOUT, *GPU_ONLY_ROLLOUTS}, verls
+
+
 def test_cpu_platform_implements_every_abstract_method():
     from verl_isocompute.cpu.platform import PlatformCPU
 

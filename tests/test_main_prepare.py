@@ -43,6 +43,16 @@ def test_gpu_only_rollout_on_cpu_platform_is_refused():
     assert os.environ["VERL_PLATFORM"] == "cpu"
 
 
+def test_a_rollout_name_verl_does_not_have_is_refused_before_ray_starts():
+    """A typo reached verl, which stopped in a Ray worker after the model loaded ("Rollout vlm with mode
+    async not found"); it also must not be called a GPU rollout."""
+    cfg = compose_recipe("cpu_demo", ["actor_rollout_ref.rollout.name=vlm"])
+    with pytest.raises(RecipeError, match=r"^actor_rollout_ref.rollout.name=vlm is not a rollout verl or this plugin "
+                                          r"provides \(hf, vllm, sglang, trtllm\); on the CPU platform use "
+                                          r"actor_rollout_ref.rollout.name=hf or vllm$"):
+        prepare_platform(cfg)
+
+
 def _find_spec_as_if(monkeypatch, missing=(), present=()):
     """``importlib.util.find_spec`` answering as if ``missing`` were not installed and ``present`` were."""
     import importlib.machinery

@@ -28,6 +28,7 @@ from verl_isocompute import _compat, verl_keys
 from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.training import answers, resolvers, schema
 from verl_isocompute.training.adaptive_config import check_adaptive
+from verl_isocompute.training.names import ROLLOUT_NAME
 from verl_isocompute.training.conf import select
 from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
 from verl_isocompute.training.names import (
@@ -91,6 +92,13 @@ def check_platform(cfg: DictConfig) -> None:
             f"actor_rollout_ref.rollout.name={rollout} needs a GPU, but this run uses the CPU platform "
             "(VERL_PLATFORM=cpu / isocompute.platform=cpu): set actor_rollout_ref.rollout.name=hf, "
             "or run on a GPU machine with isocompute.platform=auto"
+        )
+    elif rollout not in (None, ROLLOUT_NAME):
+        # verl would stop in a Ray worker, with an assertion, after the model loaded
+        known = ", ".join((ROLLOUT_NAME, VLLM_ROLLOUT, *GPU_ONLY_ROLLOUTS))
+        raise RecipeError(
+            f"actor_rollout_ref.rollout.name={rollout} is not a rollout verl or this plugin provides ({known}); "
+            f"on the CPU platform use actor_rollout_ref.rollout.name={ROLLOUT_NAME} or {VLLM_ROLLOUT}"
         )
     for role in ("actor", "ref"):
         strategy = select(cfg, f"actor_rollout_ref.{role}.strategy")
