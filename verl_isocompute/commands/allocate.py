@@ -9,8 +9,8 @@ LR rule of ``isocompute.lr``, and ``isocompute.decoupled.n_train`` under the dec
 as the run's allocation hook would, so the printed lr is the one the run uses; flags given here win over
 the recipe. ``--compare [n=N,N,...]`` adds what each fixed n of the fitted sweep costs at this budget
 (:mod:`verl_isocompute.scaling.compare`; needs the per-n curves `isocompute fit` stores in curve.json, which
-paper presets do not have), with 95% intervals when the fit bootstrapped over seeds. Errors print one line and exit with status 2; a closed pipe (``| head``) ends quietly
-(:mod:`verl_isocompute.commands.cli`).
+paper presets do not have), with 95% intervals when the fit bootstrapped over seeds. Errors print one
+line and exit with status 2; a closed pipe (``| head``) ends quietly (:mod:`verl_isocompute.commands.cli`).
 """
 
 from __future__ import annotations

