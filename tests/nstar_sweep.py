@@ -104,6 +104,8 @@ def figures(out_dir: Path | None = None) -> dict:
                    for rc in curves},
         "sigmoid": None if result.curve is None else {k: getattr(result.curve, k) for k in ("L", "k", "log10_C0", "b")},
         "no_curve_reason": result.no_curve_reason,
+        "flat": result.flat,
+        "summary": result.summary(),
         "compare": rows,
     }
     return {"budget": BUDGET, "verdict": nstar_verdict(FIXTURE, budget=BUDGET), "fit": fit, "test_set": test_set()}
@@ -146,7 +148,7 @@ def report() -> str:
         flags = ", ".join(f"{k}={s}" for k, s in c["at_bounds"].items()) or "none"
         lines.append(f"fit n = {n}: R0 {c['R0']:.3f}, A {c['A']:.3f}, C_mid {c['C_mid']:.3g}, beta {c['beta']:.3g} "
                      f"({c['runs']} runs; at bounds: {flags}; not identified: {', '.join(c['not_identified']) or 'none'})")
-    lines.append("n*(C) sigmoid: " + (fit["no_curve_reason"] or ", ".join(f"{k} {x:.3g}" for k, x in fit["sigmoid"].items())))
+    lines.append(fit["summary"])
     for row in fit["compare"]:
         interval = "" if row["reward_low"] is None else f" [{row['reward_low']:.3f}, {row['reward_high']:.3f}]"
         low, high = (row[f"multiplier_{end}"] for end in ("low", "high"))

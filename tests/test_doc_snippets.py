@@ -40,7 +40,8 @@ SNIPPETS = snippets()
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory, tiny_model_path, isocompute_cache) -> tuple[Path, dict[str, str]]:
     """A working directory with what the snippets name: a synthetic Easy sweep (runs/easy_sweep, runs/synthetic)
-    and its fits (fits/easy, fits/synthetic), and the placeholders' model and data."""
+    and its fits (fits/easy, fits/synthetic), the repository's tests/ (its fixtures), and the placeholders'
+    model and data."""
     from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
     from verl_isocompute.scaling import load_curve
     from verl_isocompute.scaling.pipeline import FitConfig, run_fit
@@ -52,6 +53,7 @@ def sandbox(tmp_path_factory, tiny_model_path, isocompute_cache) -> tuple[Path, 
         write_run_logs(sweep, root / "runs" / name)
     run_fit([root / "runs" / "easy_sweep"], root / "fits" / "easy", FitConfig(bootstrap=0))
     run_fit([root / "runs" / "synthetic"], root / "fits" / "synthetic", FitConfig())  # as ALLOCATION.md's example
+    (root / "tests").symlink_to(ROOT / "tests")  # committed fixtures, named from the repository's root
     train, val = write_arithmetic_dataset(isocompute_cache / "docs-data", ArithmeticConfig(train_size=64, val_size=8))
     return root, {"M": str(tiny_model_path), "T": str(train), "V": str(val)}
 

@@ -54,6 +54,28 @@ def test_the_rule_fit_and_comparison_on_the_logs_are_what_was_recorded(tmp_path)
 
 
 @recorded
+def test_allocate_compare_on_the_sweeps_flat_curve_prints_the_recorded_comparison(tmp_path, capsys):
+    """Item 6 of the verdict: `isocompute allocate --compare` at the largest budget, with intervals over seeds.
+    n* is 2 at every C the runs cover, so the fit writes a flat curve (before, none: allocate had nothing to
+    read); allocate then gives n = 2 and the same per-n rewards and intervals as the recorded comparison."""
+    from verl_isocompute.commands import cli
+    from verl_isocompute.scaling.pipeline import run_fit
+
+    expected = json.loads(nstar_sweep.EXPECTED.read_text())
+    outcome = run_fit([nstar_sweep.FIXTURE / "cells"], tmp_path / "fit", nstar_sweep.options())
+    assert outcome.result.n_star_flat == 2 and (tmp_path / "fit" / "curve.json").is_file()
+    assert cli.main(["allocate", "--curve", str(tmp_path / "fit" / "curve.json"), "--budget", "1024", "--b-problem",
+                     "8", "--compare", "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert (got["n"], got["steps"], got["rollouts_used"]) == (2, 64, 1024)
+    rows = {row["n"]: row for row in got["compare"]["rows"]}
+    for want in expected["fit"]["compare"]:
+        row = rows[want["n"]]
+        for key in ("reward", "reward_low", "reward_high", "best_share"):
+            assert math.isclose(row[key], want[key], rel_tol=1e-9), (want["n"], key, row[key], want[key])
+
+
+@recorded
 def test_evidence_md_quotes_the_report():
     text = (nstar_sweep.ROOT / "docs" / "EVIDENCE.md").read_text()
     marker = "<!-- from tests/nstar_sweep.py --report -->\n"

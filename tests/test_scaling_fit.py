@@ -204,12 +204,40 @@ def test_one_value_of_n_gives_the_frontier_but_no_curve():
     assert (result.grid["n_star"] == 64).all() and len(result.frontier.records) > 0
 
 
-def test_n_star_constant_over_the_range_gives_no_curve():
+def test_n_star_constant_over_the_range_gives_a_flat_curve_the_allocation_reads(tmp_path):
+    """One n best at every C is an answer, not a failed fit: a flat curve (L = 0) that allocate turns into that n.
+    Before, no curve.json was written and `isocompute allocate` had nothing to read."""
+    from verl_isocompute.scaling.curve import Curve, load_curve as load
+
     truth = load_curve("paper:qwen2.5-7b-easy")
     curves = curves_for(truth)
-    sweep = synthetic_sweep({n: curves[n] for n in (512, 1024)}, noise=0.0)  # 1024 never wins
+    sweep = synthetic_sweep({n: curves[n] for n in (512, 1024)}, runs_per_n=3, noise=0.0)  # 1024 never wins
+    result = fit_frontier(build_frontier(_logs(sweep)), bootstrap=20)
+    c = result.curve
+    assert result.no_curve_reason is None and result.n_star_flat == 512 and (c.L, c.b) == (0.0, 9.0)
+    assert (result.grid["n_star"] == 512).all() and np.allclose(c.n_star(result.grid["C"]), 512)
+    assert c.provenance["flat"] and c.provenance["not_identified"] == ["k", "log10_C0"]
+    assert result.flat == {"requested": 20, "succeeded": 20, "failed": 0, "flat": 20}  # no noise: every resample agrees
+    assert result.summary().startswith("n*(C) = 512 at every C in [") and "20 of 20 bootstrap resamples" in result.summary()
+    # 512 is the smallest n run and above 2: the truth may lie below the grid
+    assert any("smallest n run (512)" in w for w in result.warnings), result.warnings
+    path = tmp_path / "curve.json"
+    path.write_text(__import__("json").dumps(c.to_dict()))
+    assert isinstance(load(str(path)), Curve) and load(str(path)).n_star(1e12) == pytest.approx(512)
+
+
+def test_a_flat_n_star_at_the_largest_n_run_says_the_optimum_may_lie_above():
+    """n = 8 above n = 4 at every C (same start, higher ceiling): n* = 8, the largest n run, may be an edge of
+    the grid rather than the optimum. Without a bootstrap the summary claims no support."""
+    rise = {"R0": 0.1, "C_mid": 3e4, "beta": 1.0}
+    # B = 256 rollouts per step for both (b_problem 64 x 4, 32 x 8), so both are first evaluated at the same C
+    # (with one b_problem the smaller n is evaluated first and is n* alone there)
+    sweep = pd.concat([synthetic_sweep({4: SaturatingCurve(A=0.5, **rise)}, b_problem=64, noise=0.0, c_max=1e6),
+                       synthetic_sweep({8: SaturatingCurve(A=0.8, **rise)}, b_problem=32, noise=0.0, c_max=1e6)])
     result = fit_frontier(build_frontier(_logs(sweep)), bootstrap=0)
-    assert result.curve is None and "n* is 512 at every C" in result.no_curve_reason
+    assert result.n_star_flat == 8, result.summary()
+    assert any("largest n run (8)" in w and "may be larger" in w for w in result.warnings), result.warnings
+    assert result.flat["succeeded"] == 0 and "bootstrap" not in result.summary()
 
 
 def test_group_with_too_few_points_is_left_out_with_a_warning():

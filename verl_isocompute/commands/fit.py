@@ -8,9 +8,10 @@ record of that experiment next to tensorboard_log) or its name (..._n16_bp32), i
 Writes curve.json, frontier.csv, records.csv, fits.csv, report.md, frontier.png, n_star.png and
 compare.json/.csv/.png (what each fixed n costs) into --out, atomically.
 
-Exit status: 0 fitted; 1 no curve (n*(C) could not be determined or a fit did not converge: the
-message says which; with one value of n the frontier is still written and an older curve.json in --out
-is renamed curve.stale.json); 2 bad input, one line naming the file, line or option (nothing written).
+Exit status: 0 fitted (also when one n is n* at every C: curve.json is then flat, L = 0); 1 no curve
+(n*(C) could not be determined or a fit did not converge: the message says which; with one value of n the
+frontier is still written and an older curve.json in --out is renamed curve.stale.json); 2 bad input, one
+line naming the file, line or option (nothing written).
 """
 
 from __future__ import annotations
@@ -83,13 +84,9 @@ def run(args: argparse.Namespace) -> int:
     if result.curve is None:
         stale = next((p for p in written if p.name == STALE_CURVE_FILE), None)
         aside = f" The older curve.json there describes other runs: it was renamed {stale}." if stale else ""
-        error(PROG, f"no n*(C) curve: {result.no_curve_reason}. The frontier was written to {args.out}.{aside}")
+        error(PROG, f"{result.summary()}. The frontier was written to {args.out}.{aside}")
         return 1
-    c = result.curve
-    print(
-        f"n*(C): L={c.L:.3f} k={c.k:.3f} log10_C0={c.log10_C0:.3f} b={c.b:.3f} (R^2={result.r2:.3f}); "
-        f"n* from {c.n_floor:.0f} to {c.n_ceiling:.0f} over C in [{c.c_range[0]:.3g}, {c.c_range[1]:.3g}] {c.compute_unit}"
-    )
+    print(result.summary())
     return 0
 
 

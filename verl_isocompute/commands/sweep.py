@@ -99,9 +99,7 @@ def _run_sweep(plan, checked, args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         fit = sweep.fit()
         if fit["status"] == "fitted":
-            p = fit["params"]
-            print(f"[sweep] fit: n*(C) sigmoid L={p['L']:.3f} k={p['k']:.3f} log10_C0={p['log10_C0']:.3f} b={p['b']:.3f}; "
-                  f"wrote {sweep_dir / runner.FIT_DIR}")
+            print(f"[sweep] fit: {fit['summary']}; wrote {sweep_dir / runner.FIT_DIR}")
         else:
             print(f"[sweep] fit {fit['status']}: {fit.get('reason')}"
                   + (f"; frontier and report in {sweep_dir / runner.FIT_DIR}" if fit["status"] == "no_curve" else ""))

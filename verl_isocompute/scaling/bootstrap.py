@@ -77,13 +77,48 @@ def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settin
     """Resample runs with replacement and redo steps 3 to 5 (:func:`bootstrap_curves`, or its result passed as
     ``resampled``; then :func:`envelope` and the sigmoid, from the full-data sigmoid); returns (successful
     params, counts)."""
-    resamples = settings["bootstrap"]
-    stats = {"requested": int(resamples), "succeeded": 0, "failed": 0}
+    stats = {"requested": int(settings["bootstrap"]), "succeeded": 0, "failed": 0}
+    found = resampled_envelopes(frontier, groups, curves, free_r0, settings, resampled)
+    if found is None:
+        return np.empty((0, 4)), stats
+    grid, covered, winners, smoothed, ok = found
+    ok &= np.nanmax(winners, axis=1, initial=-np.inf) > np.nanmin(winners, axis=1, initial=np.inf)  # n* moves
+    draws = np.empty((0, 4))
+    if ok.any():
+        x = np.log10(np.where(covered[ok], grid[ok], 1.0))
+        draws, converged = sigmoid_batch(x, np.where(covered[ok], smoothed[ok], 0.0), covered[ok].astype(float),
+                                          params, n_range, settings["k_max"])
+        draws = draws[converged]
+    stats["succeeded"] = len(draws)
+    stats["failed"] = int(stats["requested"] - len(draws))
+    return draws, stats
+
+
+def bootstrap_flat(frontier, groups, curves, free_r0, log2_n_star, settings, resampled=None) -> dict[str, int]:
+    """For a fit whose n* is one n at every C: on how many resamples (steps 3 and 4 redone) that same n wins at
+    every C the resample covers: ``requested``, ``succeeded`` (resamples with an envelope), ``failed`` and
+    ``flat`` (of the succeeded, those with the same n everywhere); the bootstrap's answer to "how sure is the flat n*", since a flat curve has
+    no sigmoid parameters to give intervals for."""
+    stats = {"requested": int(settings["bootstrap"]), "succeeded": 0, "failed": int(settings["bootstrap"]), "flat": 0}
+    found = resampled_envelopes(frontier, groups, curves, free_r0, settings, resampled)
+    if found is None:
+        return stats
+    _, covered, winners, _, ok = found
+    same = np.where(covered, winners == log2_n_star, True).all(axis=1)
+    stats["succeeded"], stats["flat"] = int(ok.sum()), int((ok & same).sum())
+    stats["failed"] = stats["requested"] - stats["succeeded"]
+    return stats
+
+
+def resampled_envelopes(frontier, groups, curves, free_r0, settings, resampled=None):
+    """Step 4 on every resample of :func:`bootstrap_curves` (or ``resampled``, its result): each resample's log
+    grid of C, which grid points some curve covers, the winning log2 n there (NaN elsewhere), the smoothed
+    log2 n*, and which resamples have an envelope at all (two distinct n refitted, four covered points).
+    None when nothing was resampled."""
     curve_params, cover = resampled or bootstrap_curves(frontier, groups, curves, free_r0, settings)
     if curve_params is None:
-        return np.empty((0, 4)), stats
-
-    # Steps 4 and 5 on every resample.
+        return None
+    resamples = curve_params.shape[0]
     log2_n = np.log2([float(g.key[0]) for g in groups])
     has_curve = ~np.isnan(curve_params[:, :, 0])
     distinct_n = np.array([len(set(log2_n[row])) for row in has_curve])
@@ -96,17 +131,8 @@ def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settin
     _, winner, smoothed = envelope(curve_params, np.nan_to_num(cover, nan=-1.0), log2_n, grid, settings["window"])
     covered = winner >= 0
     winners = np.where(covered, log2_n[np.maximum(winner, 0)], np.nan)
-    ok = (distinct_n >= 2) & (covered.sum(axis=1) >= 4) & (np.nanmax(winners, axis=1, initial=-np.inf)
-                                                             > np.nanmin(winners, axis=1, initial=np.inf))
-    draws = np.empty((0, 4))
-    if ok.any():
-        x = np.log10(np.where(covered[ok], grid[ok], 1.0))
-        draws, converged = sigmoid_batch(x, np.where(covered[ok], smoothed[ok], 0.0), covered[ok].astype(float),
-                                          params, n_range, settings["k_max"])
-        draws = draws[converged]
-    stats["succeeded"] = len(draws)
-    stats["failed"] = int(resamples - len(draws))
-    return draws, stats
+    ok = (distinct_n >= 2) & (covered.sum(axis=1) >= 4)
+    return grid, covered, winners, smoothed, ok
 
 
 def _resampled_bins(g: RunGroup, counts: np.ndarray, fit_on: str, bucket: float):

@@ -46,8 +46,12 @@ Steps 3 to 5 of the playbook's fitting workflow (arXiv 2603.12151, section 4):
    says which n were run.
 
 A fit that does not converge raises :class:`FitError` rather than returning a bogus curve. When n*(C)
-cannot be fitted at all (one value of n, or n* constant over the range) the result has ``curve=None`` and
-says why in ``no_curve_reason``; the frontier and the per-n fits are still there.
+cannot be fitted at all (one value of n, or too few points) the result has ``curve=None`` and says why in
+``no_curve_reason``; the frontier and the per-n fits are still there. When one n is n* at every C the runs
+cover, that is the answer over the range: the curve is flat (L = 0; k and C0 are placeholders, marked not
+identified), ``flat`` holds the bootstrap's support for it (on how many resamples the same n wins
+everywhere), and a warning says when that n is the largest (or, above 2, the smallest) n run, where the
+compute-optimal n may lie beyond the runs.
 
 One module per step: :mod:`~verl_isocompute.scaling.groups` (the groups of runs),
 :mod:`~verl_isocompute.scaling.saturating` (step 3), :mod:`~verl_isocompute.scaling.envelope` (step 4),
@@ -66,7 +70,7 @@ import numpy as np
 import pandas as pd
 
 from verl_isocompute import _compat
-from verl_isocompute.scaling.bootstrap import bootstrap_curves, bootstrap_sigmoid
+from verl_isocompute.scaling.bootstrap import bootstrap_curves, bootstrap_flat, bootstrap_sigmoid
 from verl_isocompute.scaling.curve import Curve, sigmoid_log2_n
 from verl_isocompute.scaling.envelope import GRID_PER_DECADE, edge_switches, empty_grid, envelope_table, log_grid
 from verl_isocompute.scaling.errors import FitError, ScalingError
@@ -83,6 +87,9 @@ from verl_isocompute.scaling.saturating import MIN_POINTS, FitFlags, SaturatingC
 from verl_isocompute.scaling.sigmoid_fit import fit_sigmoid
 
 FIT_ON = ("records", "all")
+# A flat n*(C) (one n best at every C) is the curve L = 0, where k and C0 change nothing; the contract still
+# asks for k > 0 and a finite C0: k = 1 and C0 in the middle of the fitted range, marked not identified.
+FLAT_K = 1.0
 
 # Names that lived here until 0.2 and moved with their step; the old path works for one release.
 _MOVED = {
@@ -131,6 +138,25 @@ class FrontierFit:
     no_curve_reason: str | None = None
     flags: dict[tuple, FitFlags] = field(default_factory=dict)
     curve_draws: dict[tuple, np.ndarray] = field(default_factory=dict)
+    flat: dict[str, int] | None = None
+
+    @property
+    def n_star_flat(self) -> int | None:
+        """The n that is n* at every C, when the curve is flat (``flat``: the bootstrap's support); else None."""
+        return None if self.flat is None or self.curve is None else round(self.curve.n_floor)
+
+    def summary(self) -> str:
+        """One line on n*(C), as ``isocompute fit`` and ``isocompute sweep`` print it (None curve: the reason)."""
+        c = self.curve
+        if c is None:
+            return f"no n*(C) curve: {self.no_curve_reason}"
+        span = f"C in [{c.c_range[0]:.3g}, {c.c_range[1]:.3g}] {c.compute_unit}"
+        if self.flat is not None:
+            support = (f"; the same n in {self.flat['flat']} of {self.flat['succeeded']} bootstrap resamples"
+                       if self.flat["succeeded"] else "")
+            return f"n*(C) = {self.n_star_flat} at every {span} (a flat curve, L = 0{support})"
+        return (f"n*(C): L={c.L:.3f} k={c.k:.3f} log10_C0={c.log10_C0:.3f} b={c.b:.3f} (R^2={self.r2:.3f}); "
+                f"n* from {c.n_floor:.0f} to {c.n_ceiling:.0f} over {span}")
 
     def n_star_table(self, compute: Sequence[float] | None = None) -> pd.DataFrame:
         """n* at chosen budgets (default: 1, 2, 5 x 10^k inside the fitted range): from the data
@@ -177,7 +203,8 @@ def fit_frontier(
     """Per-group curves, their envelope, n*(C) and its sigmoid, with bootstrap intervals over seeds or runs.
 
     Raises :class:`FitError` when a fit does not converge; returns ``curve=None`` (with the reason) when
-    the runs cannot determine n*(C) (one value of n, or the same n best at every C).
+    the runs cannot determine n*(C) (one value of n, too few points), and a flat curve when the same n is
+    best at every C.
     """
     keys = group_keys(group_by)
     if fit_on not in FIT_ON:
@@ -277,12 +304,22 @@ def fit_frontier(
         ) + ": the frontier is there, but n*(C) needs fitted curves for at least two values of n"
         return result(table, curve=None, no_curve_reason=reason)
     if table["log2_n_star"].nunique() < 2:
+        # One n wins at every C: that is an answer (n*(C) = that n over the range), not a failed fit. It is
+        # written as the flat curve L = 0, which every reader of curve.json already takes (k and C0 then
+        # change nothing); there are no sigmoid parameters to give intervals for, so the bootstrap says on
+        # how many resamples the same n wins everywhere.
         only = int(table["n_star"].iloc[0])
-        reason = (
-            f"n* is {only} at every C in [{grid_c[0]:.3g}, {grid_c[-1]:.3g}]: the sigmoid's L, k and C0 are not "
-            "determined. Add runs with other n, or runs that reach larger/smaller C"
+        flat = bootstrap_flat(frontier, fitted, curves, free_r0, math.log2(only), settings, resampled)
+        warnings.extend(_flat_warnings(only, n_values))
+        table["log2_n_star_fit"] = math.log2(only)
+        table["residual"] = table["log2_n_star_smoothed"] - table["log2_n_star_fit"]
+        c_range = (float(grid_c[0]), float(grid_c[-1]))
+        curve = Curve(
+            L=0.0, k=FLAT_K, log10_C0=float(np.mean(np.log10(c_range))), b=math.log2(only),
+            compute_unit=frontier.compute_unit, metric=frontier.metric, c_range=c_range,
+            n_grid=tuple(int(n) for n in n_values), provenance=_flat_provenance(frontier, groups, settings, flat),
         )
-        return result(table, curve=None, no_curve_reason=reason)
+        return result(table, curve=curve, rmse=0.0, bootstrap=flat, flat=flat)
 
     edges, crossings = edge_switches(fitted, curves, grid_c)
     if edges and not crossings:
@@ -342,17 +379,8 @@ def fit_frontier(
 
 
 def _provenance(frontier, groups, settings, fit, ci, stats) -> dict[str, Any]:
-    from verl_isocompute import __version__
-
-    runs = sorted({run for g in groups for run in g.runs})
-    prov: dict[str, Any] = {
-        "source": "isocompute fit (IsoCompute playbook workflow, arXiv 2603.12151 section 4)",
-        "tool_version": __version__,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "num_runs": len(runs),
-        "runs": runs,
-        "b_problem": sorted(int(b) for b in frontier.points["b_problem"].unique()),
-        **settings,
+    prov = {
+        **_runs_provenance(frontier, groups, settings),
         "r2": fit.r2,
         "rmse_log2_n": fit.rmse,
         "at_bounds": list(fit.at_bounds),
@@ -361,3 +389,39 @@ def _provenance(frontier, groups, settings, fit, ci, stats) -> dict[str, Any]:
     if ci is not None:
         prov["ci95"] = {row.param: [float(row.low), float(row.high)] for row in ci.itertuples()}
     return prov
+
+
+def _flat_provenance(frontier, groups, settings, flat) -> dict[str, Any]:
+    return {
+        **_runs_provenance(frontier, groups, settings),
+        "flat": True,  # one n is n* at every C: L = 0, and k, log10_C0 are placeholders
+        "not_identified": ["k", "log10_C0"],
+        "bootstrap_succeeded": flat["succeeded"],
+        "bootstrap_flat": flat["flat"],
+    }
+
+
+def _runs_provenance(frontier, groups, settings) -> dict[str, Any]:
+    """What every curve.json records of where it came from: the tool, the runs, the fit's settings."""
+    from verl_isocompute import __version__
+
+    return {
+        "source": "isocompute fit (IsoCompute playbook workflow, arXiv 2603.12151 section 4)",
+        "tool_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "num_runs": len(sorted({run for g in groups for run in g.runs})),
+        "runs": sorted({run for g in groups for run in g.runs}),
+        "b_problem": sorted(int(b) for b in frontier.points["b_problem"].unique()),
+        **settings,
+    }
+
+
+def _flat_warnings(only: int, n_values: list[int]) -> list[str]:
+    """Where a flat n* may be cut off by the grid of n that was run: the truth can lie beyond its edge."""
+    if only == max(n_values):
+        return [f"n* is the largest n run ({only}) at every C: the compute-optimal n may be larger, which these runs "
+                f"cannot show, so the flat curve holds n at {only}; add runs with larger n"]
+    if only == min(n_values) and only > 2:
+        return [f"n* is the smallest n run ({only}) at every C: a smaller n (down to 2, the least a group baseline "
+                "allows) may be better; add runs with smaller n"]
+    return []

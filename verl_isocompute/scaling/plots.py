@@ -186,7 +186,10 @@ def _draw_n_star(fig, result, norm, n_values, compare_with) -> None:
         if "log2_n_star_low" in grid:
             ax.fill_between(c, np.exp2(grid["log2_n_star_low"]), np.exp2(grid["log2_n_star_high"]),
                             color="tab:orange", alpha=0.2, lw=0, label="95% bootstrap band (over runs)")
-        if result.curve is not None:
+        if result.flat is not None:
+            ax.plot(c, result.curve.n_star(c), color="tab:orange", lw=2.2,
+                    label=f"flat: n* = {result.n_star_flat} at every C (L = 0)")
+        elif result.curve is not None:
             fit = result.curve
             ax.plot(c, fit.n_star(c), color="tab:orange", lw=2.2,
                     label=f"sigmoid: L={fit.L:.2f} k={fit.k:.2f} log10 C0={fit.log10_C0:.2f} b={fit.b:.2f}"

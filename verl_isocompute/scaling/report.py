@@ -3,7 +3,7 @@
 Files (all in the output directory):
 
 * ``curve.json``: the n*(C) sigmoid in the curve-file contract (:mod:`verl_isocompute.scaling.curve`),
-  only when n*(C) could be fitted;
+  only when n*(C) could be fitted (a flat one, L = 0, when one n is n* at every C);
 * ``frontier.csv``: one row per grid value of C: the envelope reward, n* (raw, smoothed, fitted),
   the winning B_problem, the residual and the bootstrap band;
 * ``records.csv``: the record-breaking points over all runs (the empirical frontier) with their run, n
@@ -104,7 +104,19 @@ def render_report(
     s = result.settings
     label = compare_label or "compare"
     lines = [f"# Compute-optimal n*(C): {fr.metric} against {fr.compute_unit}", ""]
-    if result.curve is not None:
+    if result.flat is not None:
+        c = result.curve
+        f = result.flat
+        support = (f" The same n wins at every C on {f['flat']} of {f['succeeded']} bootstrap resamples."
+                   if f["succeeded"] else "")
+        lines += [
+            f"n*(C) = {result.n_star_flat} at every C in [{c.c_range[0]:.3g}, {c.c_range[1]:.3g}] {fr.compute_unit}: "
+            f"one n is best wherever the runs reach.{support} `{CURVE_FILE}` holds it as a flat curve (L = 0, "
+            f"b = log2 {result.n_star_flat}; k and C0 are placeholders), so `isocompute allocate` gives "
+            f"n = {result.n_star_flat} at any budget; a budget outside this range is an extrapolation.",
+            "",
+        ]
+    elif result.curve is not None:
         c = result.curve
         lines += [
             f"log2 n*(C) = {c.L:.3f} / (1 + exp(-{c.k:.3f} (log10 C - {c.log10_C0:.3f}))) + {c.b:.3f}, "
@@ -141,7 +153,7 @@ def render_report(
     if fr.notes:
         lines += ["## Notes on the data", ""] + [f"- {note}" for note in fr.notes] + [""]
 
-    if result.curve is not None:
+    if result.curve is not None and result.flat is None:
         c = result.curve
         ci = result.ci.set_index("param") if result.ci is not None else None
         rows = []

@@ -291,7 +291,7 @@ class Sweep:
                     record.update(status="no_curve", reason=outcome.result.no_curve_reason)
                 else:
                     c = outcome.curve
-                    record.update(status="fitted", curve=str(out_dir / "curve.json"),
+                    record.update(status="fitted", curve=str(out_dir / "curve.json"), summary=outcome.result.summary(),
                                   params={"L": c.L, "k": c.k, "log10_C0": c.log10_C0, "b": c.b})
         self.state.data["fit"] = record
         self.state.save()
