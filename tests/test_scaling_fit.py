@@ -251,6 +251,18 @@ def test_group_with_too_few_points_is_left_out_with_a_warning():
     assert result.curve is not None
 
 
+def test_seeds_validated_at_one_c_are_one_value_of_c_not_five_points():
+    """Five seeds of n = 1024 validated only at the same C: five points, one value of C. The warning said
+    "only 5 points, need 4", which reads as a contradiction."""
+    truth = load_curve("paper:qwen2.5-7b-easy")
+    sweep = synthetic_sweep(curves_for(truth), runs_per_n=5, noise=0.005, seed=7)
+    first = sweep[(sweep["n"] == 1024) & (sweep["step"] > 0)]["step"].min()
+    sweep = sweep[(sweep["n"] != 1024) | (sweep["step"] == first)]
+    result = fit_frontier(build_frontier(_logs(sweep)), bootstrap=0)
+    assert any("n=1024: only 5 points at 1 value of C, need 4 values of C: not fitted" in w for w in result.warnings), \
+        result.warnings
+
+
 def test_fits_that_do_not_converge_raise():
     truth = load_curve("paper:qwen2.5-7b-easy")
     frontier = build_frontier(_logs(synthetic_sweep(curves_for(truth), noise=0.01)))

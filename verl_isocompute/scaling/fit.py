@@ -248,9 +248,11 @@ def fit_frontier(
             failures.append(f"{group_label(g.key, keys)}: {exc}")
         except ScalingError:
             row["status"] = f"too few points ({len(g.fit_points)})"
+            points = f"{len(g.fit_points)} {'record-breaking ' if fit_on == 'records' else ''}points"
+            if (distinct := g.distinct_c()) < len(g.fit_points):  # seeds validated at the same C count once
+                points += f" at {distinct} value{'s' if distinct != 1 else ''} of C"
             warnings.append(
-                f"{group_label(g.key, keys)}: only {len(g.fit_points)} {'record-breaking ' if fit_on == 'records' else ''}"
-                f"points, need {MIN_POINTS}: not fitted"
+                f"{group_label(g.key, keys)}: only {points}, need {MIN_POINTS} values of C: not fitted"
                 + (" (use --fit-on all or a smaller --bucket)" if fit_on == "records" else "")
             )
         rows.append(row)

@@ -31,6 +31,11 @@ class RunGroup:
         curve, _ = fit_saturating(*bin_points(c, y), **kwargs)
         return curve, float(np.sqrt(np.mean((curve(c) - y) ** 2)))
 
+    def distinct_c(self) -> int:
+        """How many values of C the curve is fitted to: its points pooled in bins of 1/50 decade (five seeds
+        validated at the same C are one value; a curve of four parameters needs four)."""
+        return len(bin_points(self.fit_points["C"].to_numpy(), self.fit_points["reward"].to_numpy())[0])
+
     def flags(self, curve: SaturatingCurve, r0: float | None = None) -> FitFlags:
         """What this group's points do not determine about ``curve`` (fitted by :meth:`fit` with ``r0``)."""
         c, y, _ = bin_points(self.fit_points["C"].to_numpy(), self.fit_points["reward"].to_numpy())
