@@ -82,6 +82,7 @@ from verl_isocompute.scaling.fit_defaults import (
     K_MAX,
 )
 from verl_isocompute.scaling.points import Frontier
+from verl_isocompute.scaling.provenance import flat_provenance, sigmoid_provenance
 from verl_isocompute.scaling.groups import flag_warnings, group_flags, group_keys, group_label, group_row, make_groups
 from verl_isocompute.scaling.saturating import MIN_POINTS, FitFlags, SaturatingCurve
 from verl_isocompute.scaling.sigmoid_fit import fit_sigmoid
@@ -319,7 +320,7 @@ def fit_frontier(
         curve = Curve(
             L=0.0, k=FLAT_K, log10_C0=float(np.mean(np.log10(c_range))), b=math.log2(only),
             compute_unit=frontier.compute_unit, metric=frontier.metric, c_range=c_range,
-            n_grid=tuple(int(n) for n in n_values), provenance=_flat_provenance(frontier, groups, settings, flat),
+            n_grid=tuple(int(n) for n in n_values), provenance=flat_provenance(frontier, groups, settings, flat),
         )
         return result(table, curve=curve, rmse=0.0, bootstrap=flat, flat=flat)
 
@@ -375,47 +376,9 @@ def fit_frontier(
         compute_unit=frontier.compute_unit, metric=frontier.metric,
         c_range=(float(grid_c[0]), float(grid_c[-1])),
         n_grid=tuple(int(n) for n in n_values),
-        provenance=_provenance(frontier, groups, settings, fit, ci, stats),
+        provenance=sigmoid_provenance(frontier, groups, settings, fit, ci, stats),
     )
     return result(table, curve=curve, r2=fit.r2, rmse=fit.rmse, ci=ci, bootstrap_params=draws, bootstrap=stats)
-
-
-def _provenance(frontier, groups, settings, fit, ci, stats) -> dict[str, Any]:
-    prov = {
-        **_runs_provenance(frontier, groups, settings),
-        "r2": fit.r2,
-        "rmse_log2_n": fit.rmse,
-        "at_bounds": list(fit.at_bounds),
-        "bootstrap_succeeded": stats["succeeded"],
-    }
-    if ci is not None:
-        prov["ci95"] = {row.param: [float(row.low), float(row.high)] for row in ci.itertuples()}
-    return prov
-
-
-def _flat_provenance(frontier, groups, settings, flat) -> dict[str, Any]:
-    return {
-        **_runs_provenance(frontier, groups, settings),
-        "flat": True,  # one n is n* at every C: L = 0, and k, log10_C0 are placeholders
-        "not_identified": ["k", "log10_C0"],
-        "bootstrap_succeeded": flat["succeeded"],
-        "bootstrap_flat": flat["flat"],
-    }
-
-
-def _runs_provenance(frontier, groups, settings) -> dict[str, Any]:
-    """What every curve.json records of where it came from: the tool, the runs, the fit's settings."""
-    from verl_isocompute import __version__
-
-    return {
-        "source": "isocompute fit (IsoCompute playbook workflow, arXiv 2603.12151 section 4)",
-        "tool_version": __version__,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "num_runs": len(sorted({run for g in groups for run in g.runs})),
-        "runs": sorted({run for g in groups for run in g.runs}),
-        "b_problem": sorted(int(b) for b in frontier.points["b_problem"].unique()),
-        **settings,
-    }
 
 
 def _flat_warnings(only: int, n_values: list[int]) -> list[str]:
