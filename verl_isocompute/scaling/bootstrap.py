@@ -97,8 +97,8 @@ def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settin
 def bootstrap_flat(frontier, groups, curves, free_r0, log2_n_star, settings, resampled=None) -> dict[str, int]:
     """For a fit whose n* is one n at every C: on how many resamples (steps 3 and 4 redone) that same n wins at
     every C the resample covers: ``requested``, ``succeeded`` (resamples with an envelope), ``failed`` and
-    ``flat`` (of the succeeded, those with the same n everywhere); the bootstrap's answer to "how sure is the flat n*", since a flat curve has
-    no sigmoid parameters to give intervals for."""
+    ``flat`` (of the succeeded, those with the same n everywhere). A flat curve has no sigmoid parameters to
+    give intervals for; this is the bootstrap's word on how firm the flat n* is."""
     stats = {"requested": int(settings["bootstrap"]), "succeeded": 0, "failed": int(settings["bootstrap"]), "flat": 0}
     found = resampled_envelopes(frontier, groups, curves, free_r0, settings, resampled)
     if found is None:

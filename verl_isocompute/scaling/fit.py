@@ -82,8 +82,8 @@ from verl_isocompute.scaling.fit_defaults import (
     K_MAX,
 )
 from verl_isocompute.scaling.points import Frontier
-from verl_isocompute.scaling.provenance import flat_provenance, sigmoid_provenance
 from verl_isocompute.scaling.groups import flag_warnings, group_flags, group_keys, group_label, group_row, make_groups
+from verl_isocompute.scaling.provenance import flat_provenance, sigmoid_provenance
 from verl_isocompute.scaling.saturating import MIN_POINTS, FitFlags, SaturatingCurve
 from verl_isocompute.scaling.sigmoid_fit import fit_sigmoid
 
@@ -121,6 +121,8 @@ class FrontierFit:
     estimate and 95% bootstrap interval. ``bootstrap_params``: (resamples, 4) array of L, k, log10_C0, b.
     ``curve_draws``: group key -> (resamples, 4) rows (R0, A, ln C_mid, beta) of its curve refitted on each
     bootstrap resample (NaN: not refitted there; the same resamples for every group, empty without a bootstrap).
+    ``flat``: set when one n is n* at every C (``curve`` is then flat, L = 0): the bootstrap's support for it
+    (:func:`~verl_isocompute.scaling.bootstrap.bootstrap_flat`); None otherwise.
     """
 
     frontier: Frontier
@@ -313,7 +315,7 @@ def fit_frontier(
         # how many resamples the same n wins everywhere.
         only = int(table["n_star"].iloc[0])
         flat = bootstrap_flat(frontier, fitted, curves, free_r0, math.log2(only), settings, resampled)
-        warnings.extend(_flat_warnings(only, n_values))
+        warnings.extend(_flat_warnings(only, fitted_n))  # the n in the envelope: an unfitted n was not compared
         table["log2_n_star_fit"] = math.log2(only)
         table["residual"] = table["log2_n_star_smoothed"] - table["log2_n_star_fit"]
         c_range = (float(grid_c[0]), float(grid_c[-1]))
@@ -382,7 +384,7 @@ def fit_frontier(
 
 
 def _flat_warnings(only: int, n_values: list[int]) -> list[str]:
-    """Where a flat n* may be cut off by the grid of n that was run: the truth can lie beyond its edge."""
+    """Where a flat n* may be cut off by the grid of n compared: the truth can lie beyond its edge."""
     if only == max(n_values):
         return [f"n* is the largest n run ({only}) at every C: the compute-optimal n may be larger, which these runs "
                 f"cannot show, so the flat curve holds n at {only}; add runs with larger n"]
