@@ -11,11 +11,11 @@ and escapes both the group and the tree).
 checks for it, so a command can stop its children and save its state before it exits (the demo and the sweep:
 they supervise child processes). :func:`stopping_ray` is for a process that starts Ray itself (``python -m
 verl_isocompute.main``, ``isocompute curate``): the signal raises at once, also inside ``ray.get``, and
-:func:`shutting_down_ray_on_error` shuts its Ray instance down on a signal or an error (:func:`shutdown_ray`). Ray's driver installs
-handlers of its own in ``ray.init`` (a C++ failure handler that aborts on SIGTERM with a stack dump, exit -6,
-and a Python one that calls ``sys.exit(15)``, which leaves the caller no way to report what it kept), so the
-context disables the first (``RAY_DISABLE_FAILURE_SIGNAL_HANDLER=1``, read by ``ray.init``) and puts ours back
-after ``ray.init`` returns.
+:func:`shutting_down_ray_on_error` shuts its Ray instance down on a signal or an error (:func:`shutdown_ray`).
+Ray's driver installs handlers of its own in ``ray.init`` (a C++ failure handler that aborts on SIGTERM with a
+stack dump, exit -6, and a Python one that calls ``sys.exit(15)``, which leaves the caller no way to report
+what it kept), so the context disables the first (``RAY_DISABLE_FAILURE_SIGNAL_HANDLER=1``, read by
+``ray.init``) and puts ours back after ``ray.init`` returns.
 """
 
 from __future__ import annotations
