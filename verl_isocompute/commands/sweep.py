@@ -5,8 +5,8 @@ rollouts and the grid, and optionally seeds (every cell once per seed, as <cell 
 floor(budget / (B_problem * n)) steps and writes its run log to <sweep dir>/cells/<cell id>/. Cells run one
 after another on this machine, or as Ray jobs on an existing cluster (--ray-address, several at a time). The
 state is kept in <sweep dir>/sweep_state.json: rerun the same command to resume (finished cells are skipped,
-unfinished ones restarted cleanly). When every cell has run, the frontier and n*(C) are fitted into <sweep
-dir>/fit (curve.json when n*(C) could be fitted).
+unfinished ones restarted cleanly). When every cell has run, the frontier and n*(C) are fitted into
+<sweep dir>/fit (curve.json when n*(C) could be fitted, a flat one when one n is best at every C).
 
 Exit status: 0 every cell finished; 1 some cell failed (the others ran; rerun to retry); 2 bad plan or
 input (nothing ran); 128+signal when stopped by SIGTERM/SIGINT (rerun to resume).

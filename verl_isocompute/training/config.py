@@ -28,7 +28,6 @@ from verl_isocompute import _compat, verl_keys
 from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.training import answers, resolvers, schema
 from verl_isocompute.training.adaptive_config import check_adaptive
-from verl_isocompute.training.names import ROLLOUT_NAME
 from verl_isocompute.training.conf import select
 from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
 from verl_isocompute.training.names import (
@@ -38,6 +37,7 @@ from verl_isocompute.training.names import (
     OFF,
     PLATFORM_NAME,
     REGULARIZERS,
+    ROLLOUT_NAME,
     TRAINER,
 )
 
