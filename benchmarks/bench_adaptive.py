@@ -159,7 +159,7 @@ def plan_arms(args) -> list[dict]:
 
 
 def per_prompt_settings(overrides: list[str], b_problem: int, n: int):
-    """The per_prompt arm's :class:`~verl_isocompute.training.adaptive.PerPromptSettings`: the
+    """The per_prompt arm's :class:`~verl_isocompute.scaling.adaptive.PerPromptSettings`: the
     ``isocompute.per_prompt_n.*`` overrides given, read as hydra reads them and checked in one call by the trainer's
     own rules (:func:`~verl_isocompute.training.adaptive_config.build_adaptive`: known keys, their types, n_min >= 2),
     so a setting the run would refuse at start is refused here, before any run."""
@@ -267,7 +267,7 @@ def run_figures(run_dir: Path) -> dict:
 
 def arm_summary(runs: list[dict], fixed: list[dict] | None) -> dict:
     """Figures over one arm's seeds; with ``fixed`` (the fixed arm's runs), the paired difference from it."""
-    from verl_isocompute.training import metrics
+    from verl_isocompute.rules import metrics
 
     finals = [r["final"]["avg"] for r in runs]
     avg, se_seeds = _mean_se(finals)
@@ -306,7 +306,7 @@ def change_from_fixed(pairs: list[tuple[dict, dict]]) -> dict:
     """An arm against the fixed arm, from (the arm's per-problem avg@k, the fixed arm's) of each paired seed: the
     paired change over the problems both validated, of the per-problem means over seeds, and the SE of the
     per-seed changes."""
-    from verl_isocompute.training import metrics
+    from verl_isocompute.rules import metrics
 
     common = sorted(set.intersection(*(set(mine) & set(theirs) for mine, theirs in pairs)))
     mine, theirs = ({p: sum(per[p] for per in side) / len(pairs) for p in common} for side in zip(*pairs))

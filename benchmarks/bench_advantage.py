@@ -21,7 +21,7 @@ import torch
 from verl.trainer.ppo import core_algos
 
 from verl_isocompute.training import advantage
-from verl_isocompute.training.masks import step_masks
+from verl_isocompute.rules.masks import step_masks
 
 B_PROBLEM, N, RESPONSE_LENGTH = 4096, 16, 1024
 

@@ -252,7 +252,7 @@ def publish(args) -> Path:
 def run_report(run: Path) -> dict:
     """One run: each rate before (first validation) and after (last), with the paired change over problems; the
     training reward per step."""
-    from verl_isocompute.training import metrics
+    from verl_isocompute.rules import metrics
 
     counts = read_counts(run)
     first, last = min(counts), max(counts)

@@ -309,7 +309,7 @@ def validation_points(run_dir: Path) -> list[dict]:
     """Every validation of the run: step, rollouts C at that step, avg@k and its SE over problems, and the
     wall time from the run's start to the moment verl wrote that validation's samples."""
     from verl_isocompute.commands.demo import per_problem_avg
-    from verl_isocompute.training import metrics
+    from verl_isocompute.rules import metrics
 
     log = read_log(run_dir)
     rollouts = {int(r["step"]): r["rollouts"] for _, r in log.rows}
@@ -331,7 +331,7 @@ def validation_points(run_dir: Path) -> list[dict]:
 
 def report(run_dir: Path) -> dict:
     """Print and save (``learning_summary.json``, ``learning.png``) the figures of one run."""
-    from verl_isocompute.training import metrics
+    from verl_isocompute.rules import metrics
 
     log = read_log(run_dir)
     train_rows = [r for _, r in log.rows if r["step"] > 0 and r.get("train/reward") is not None]

@@ -12,7 +12,7 @@ import bench_learning
 import numpy as np
 from bench_learning import BenchError
 
-# The per-problem counts of validation_problems.jsonl and the rate each becomes (training/format_metrics.py).
+# The per-problem counts of validation_problems.jsonl and the rate each becomes (rules/format_metrics.py).
 RATES = {"correct": "strict accuracy", "lenient": "lenient accuracy", "answered": "answer rate", "echo": "echo rate"}
 
 
@@ -49,7 +49,7 @@ def go_no_go(source: Path, quiet: bool = False) -> list[dict]:
     """EVIDENCE.md section 4's go / no-go for each run under ``source``/runs: strict accuracy at every validation;
     (b), registrations 1-2: the last exceeds the first by more than two paired SEs over problems and exceeds the one
     before it; (b'), registration 3: the last exceeds both the first and the one before it (still improving)."""
-    from verl_isocompute.training import metrics
+    from verl_isocompute.rules import metrics
 
     rows = []
     for run in sorted(p for p in (source / "runs").glob("*-s*") if (p / "learning_run.json").is_file()):

@@ -14,8 +14,8 @@ import torch
 
 from verl_isocompute.scaling.curve import Curve
 from verl_isocompute.scaling.schedule import NSchedule, ScheduleError
-from verl_isocompute.training.adaptive import AdaptiveN, PerPromptSettings, prompt_id
-from verl_isocompute.training.per_prompt_n import AVG_AT_K_KEY, K_KEY
+from verl_isocompute.scaling.adaptive import AdaptiveN, PerPromptSettings, prompt_id
+from verl_isocompute.scaling.per_prompt_n import AVG_AT_K_KEY, K_KEY
 
 # curation's avg@k as 16,000 pseudo-samples: the posterior is all but a point mass, so v(p, n) = 1 - p^n - (1-p)^n
 EASY = {AVG_AT_K_KEY: 0.5, K_KEY: 16}
@@ -244,7 +244,7 @@ def test_grpo_advantages_on_groups_of_two_and_five():
 
 
 def test_zero_variance_filter_and_decoupled_subset_on_groups_of_two_and_five():
-    from verl_isocompute.training.masks import decoupled_train_mask, step_masks
+    from verl_isocompute.rules.masks import decoupled_train_mask, step_masks
 
     uids = np.array(["a", "a", "b", "b", "b", "b", "b", "c", "c", "c"], dtype=object)  # c: 3 rollouts, all right
     acc = np.concatenate([ACC, [1.0, 1.0, 1.0]])
@@ -278,7 +278,7 @@ def test_tis_weights_are_per_token_whatever_the_group_sizes():
 
 
 def test_metrics_read_each_problems_pass_rate_from_its_own_group_size():
-    from verl_isocompute.training.metrics import pass_rate_histogram
+    from verl_isocompute.rules.metrics import pass_rate_histogram
 
     records = [{"uid": u, "acc": a} for u, a in zip(UIDS, ACC)]
     hist = pass_rate_histogram(records, bins=5)  # a: 1/2, b: 2/5 (not 2/2 or 2/7)

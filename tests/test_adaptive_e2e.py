@@ -176,8 +176,8 @@ def per_prompt(tmp_path_factory, isocompute_cache, tiny_model_path):
 
 
 def test_each_steps_n_i_are_the_allocation_for_its_prompts_and_sum_to_the_budget(per_prompt):
-    from verl_isocompute.training.adaptive import AdaptiveN
-    from verl_isocompute.training.per_prompt_n import allocate_rollouts, prior_from_curation
+    from verl_isocompute.scaling.adaptive import AdaptiveN
+    from verl_isocompute.scaling.per_prompt_n import allocate_rollouts, prior_from_curation
 
     frame, header, rows = per_prompt
     assert header["per_prompt_n"] == {"n_min": 2, "n_max": None, "curation_weight": 1.0}

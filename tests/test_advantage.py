@@ -6,8 +6,8 @@ import torch
 from verl.trainer.ppo import core_algos
 
 from verl_isocompute.training import advantage
-from verl_isocompute.training.masks import decoupled_train_mask
-from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, GRPO_ESTIMATOR
+from verl_isocompute.rules.masks import decoupled_train_mask
+from verl_isocompute.rules.names import DECOUPLED_ESTIMATOR, GRPO_ESTIMATOR
 
 
 def make_batch(num_groups, n, seed, binary=True, T=6, shuffle=True):
@@ -188,7 +188,7 @@ def test_several_outputs_per_session_are_refused_where_verls_grpo_takes_the_fina
 
     from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
-    from verl_isocompute.training.masks import multi_output_sessions
+    from verl_isocompute.rules.masks import multi_output_sessions
     from verl_isocompute.training.trainer import IsoComputeTrainer
 
     one_each = ["a_0_0", "a_1_0", "a_2_0", "b_0_0", "b_1_0", "b_2_0", "pad-uid_0_0", "pad-uid_1_0"]

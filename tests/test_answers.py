@@ -1,11 +1,11 @@
-"""The literal grader and the format diagnostics (verl_isocompute.training.answers, format_metrics), through the
+"""The literal grader and the format diagnostics (verl_isocompute.rules.answers, format_metrics), through the
 reward verl calls, and the setting's path from the recipe to verl's reward worker."""
 
 import pytest
 
-from verl_isocompute.training import answers, format_metrics, reward
+from verl_isocompute.rules import answers, format_metrics, reward
 from verl_isocompute.training.config import RecipeError, check_config, compose_recipe
-from verl_isocompute.training.metrics import validation_samples
+from verl_isocompute.rules.metrics import validation_samples
 
 OURS = "isocompute/arithmetic"
 QUESTION = "Solve the following multiplication: 3 * 4. Give only the result as your final answer."

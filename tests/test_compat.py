@@ -25,7 +25,7 @@ def test_old_names_work_in_a_fresh_interpreter():
         "from verl_isocompute.allocation import allocate\n"
         "from verl_isocompute.scaling.allocation import allocate as new\n"
         "assert allocate is new\n"
-        "import verl_isocompute.reward, verl_isocompute.training.reward as r\n"
+        "import verl_isocompute.reward, verl_isocompute.rules.reward as r\n"
         "assert verl_isocompute.reward is r\n"
         "print('ok')\n"
     )
@@ -57,11 +57,11 @@ def test_names_moved_out_of_a_split_module_still_import_with_a_warning(old):
         ("verl_isocompute.workflow.prefix_search", "PrefixSearchSettings", "PrefixSearchConfig"),
         ("verl_isocompute.scaling.pipeline", "FitOptions", "FitConfig"),
         ("verl_isocompute.workflow.sweep.executors", "RayOptions", "RayConfig"),
-        ("verl_isocompute.guided.mixture", "GuideOptions", "GuideConfig"),
+        ("verl_isocompute.training.guided_mixture", "GuideOptions", "GuideConfig"),
         ("verl_isocompute.data.arithmetic", "ArithmeticSpec", "ArithmeticConfig"),
         ("verl_isocompute.data.worked", "WorkedSpec", "WorkedConfig"),
         ("verl_isocompute.guided.search_tables", "RECORDS_FILE", "RUNGS_FILE"),
-        ("verl_isocompute.training.metrics", "validation_records", "validation_samples"),
+        ("verl_isocompute.rules.metrics", "validation_records", "validation_samples"),
     ],
 )
 def test_renamed_names_keep_their_old_name_with_a_warning(module, old, new):

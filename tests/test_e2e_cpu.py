@@ -189,7 +189,7 @@ def test_format_metrics_are_logged_at_every_validation(cpu_run):
 
 def test_progress_markers_name_every_phase(cpu_run):
     """What `isocompute demo` shows inside a step: the trainer's phase markers, in the order verl runs them."""
-    from verl_isocompute.training import progress
+    from verl_isocompute.rules import progress
 
     lines = (cpu_run.run_dir / "driver_stdout.log").read_text().splitlines()
     phases = [p for p in map(progress.parse_phase, lines) if p is not None]

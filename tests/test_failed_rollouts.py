@@ -18,8 +18,8 @@ from verl.trainer.ppo import padding_utils
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 from verl_isocompute.training.config import compose_recipe
-from verl_isocompute.training.masks import row_ids
-from verl_isocompute.training.names import REG_MASK_FIELD, ROW_ID_FIELD, SEQ_COUNT_FIELD
+from verl_isocompute.rules.masks import row_ids
+from verl_isocompute.rules.names import REG_MASK_FIELD, ROW_ID_FIELD, SEQ_COUNT_FIELD
 from verl_isocompute.training.trainer import IsoComputeTrainer
 
 EOS, N = 2, 4
@@ -214,13 +214,13 @@ def test_trainer_validation_with_failed_samples_never_raises():
 
 def test_the_eviction_counts_we_read_are_the_names_verls_replay_buffer_writes(monkeypatch):
     """Canary: verl's own eviction step (one stale, one DAPO-filtered and one failed group) writes exactly the
-    counters our compute accounting charges (training/metrics.py EVICTION_METRICS); renamed in verl, C would
+    counters our compute accounting charges (rules/metrics.py EVICTION_METRICS); renamed in verl, C would
     silently stop counting evicted groups. The real failed rollouts are in test_recipe_e2e.py."""
     from collections import Counter
 
     from verl.trainer.ppo.v1 import replay_buffer
 
-    from verl_isocompute.training.metrics import EVICTION_METRICS, evicted_groups
+    from verl_isocompute.rules.metrics import EVICTION_METRICS, evicted_groups
 
     trainer = _trainer()
     trainer.trainer_mode = trainer.config.trainer.v1.trainer_mode

@@ -15,7 +15,7 @@ from verl_isocompute.guided import spend
 from verl_isocompute.guided.check import PrefixCheckError, assistant_guided_rows, check_prefixes, prefix_mismatch
 from verl_isocompute.guided.metrics import guided_metrics
 from verl_isocompute.guided.placement import ASSISTANT, USER, guided_dataset
-from verl_isocompute.guided.mixture import check_validation_files, guidance_spend, prepare_guided, spend_locations
+from verl_isocompute.training.guided_mixture import check_validation_files, guidance_spend, prepare_guided, spend_locations
 from verl_isocompute.scaling import load_curve
 from verl_isocompute.scaling.points import validation_points
 from verl_isocompute.scaling.run_logs import load_runs

@@ -31,7 +31,7 @@ from verl_isocompute.data.problems import row_problem_id
 from verl_isocompute.guided import placement as G
 from verl_isocompute.guided import spend
 from verl_isocompute.guided import traces as T
-from verl_isocompute.guided.mixture import GuideConfig
+from verl_isocompute.training.guided_mixture import GuideConfig
 
 pytestmark = pytest.mark.e2e
 B_PROBLEM, N, STEPS = 8, 4, 2

@@ -17,7 +17,7 @@ from verl_isocompute.data.worked import worked_arithmetic
 from verl_isocompute.guided import placement as G
 from verl_isocompute.guided.lengths import filter_length, overlong, sent_length
 from verl_isocompute.guided.search_tables import PROMPT_TOO_LONG, problems_of
-from verl_isocompute.guided.training_set import check_guided_lengths
+from verl_isocompute.training.guided_training_set import check_guided_lengths
 from verl_isocompute.jsonl import plain
 
 

@@ -98,7 +98,7 @@ def _prefix_loop(model_path):
     from transformers import AutoConfig, AutoTokenizer
     from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
-    from verl_isocompute.guided.agent_loop import PrefixContinuationAgentLoop
+    from verl_isocompute.training.guided_agent_loop import PrefixContinuationAgentLoop
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     loop = object.__new__(PrefixContinuationAgentLoop)  # only what ct_build_initial_tokens reads

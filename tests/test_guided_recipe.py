@@ -12,7 +12,7 @@ from test_guided_placement import frame
 
 from verl_isocompute.commands.cli import main
 from verl_isocompute.guided.metrics import guided_metrics
-from verl_isocompute.guided.mixture import GuideConfig, prepare_guided
+from verl_isocompute.training.guided_mixture import GuideConfig, prepare_guided
 from verl_isocompute.training.config import RecipeError, compose_recipe
 from verl_isocompute.training.prepare import prepare_guided_data
 
@@ -104,7 +104,7 @@ def test_cpu_overlay_gives_the_guided_recipe_worked_problems_and_room_for_the_pr
     train = pd.read_parquet(guided.data.train_files)
     assert len(train) == 8 and all("\\boxed{" in i["solution"] for i in train["extra_info"])
     assert prepare_guided(guided).guided == 8  # every problem has a usable prefix under the recipe's quarter cap
-    from verl_isocompute.guided.training_set import check_guided_lengths
+    from verl_isocompute.training.guided_training_set import check_guided_lengths
 
     check_guided_lengths(guided)  # and verl's filter keeps every guided row at 256 tokens
 

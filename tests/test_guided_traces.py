@@ -18,7 +18,7 @@ from verl_isocompute.data import problems as prob
 from verl_isocompute.guided import spend
 from verl_isocompute.guided import traces as T
 from verl_isocompute.guided.placement import ASSISTANT, NO_TRACE, USER
-from verl_isocompute.guided.mixture import GuideConfig, prepare_guided
+from verl_isocompute.training.guided_mixture import GuideConfig, prepare_guided
 from verl_isocompute.workflow import curate as c
 from verl_isocompute.workflow import sample_cache as sc
 

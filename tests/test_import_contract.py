@@ -124,7 +124,7 @@ def test_verl_modules_import(module):
 
 
 def test_single_turn_loop_builds_its_prompt_through_one_overridable_method():
-    # verl_isocompute.guided.agent_loop overrides only ct_build_initial_tokens: run() must call it and take
+    # verl_isocompute.training.guided_agent_loop overrides only ct_build_initial_tokens: run() must call it and take
     # everything before the generated tokens as the prompt.
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry, register  # noqa: F401
     from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
@@ -139,13 +139,13 @@ def test_verls_estimators_are_the_ones_our_config_check_knows():
     from verl.trainer.ppo import core_algos
 
     from verl_isocompute.training.config import VERL_ESTIMATORS
-    from verl_isocompute.training.names import ESTIMATORS
+    from verl_isocompute.rules.names import ESTIMATORS
 
     assert set(core_algos.ADV_ESTIMATOR_REGISTRY) - set(ESTIMATORS) == set(VERL_ESTIMATORS)
 
 
 def test_v1_keys_each_output_of_a_session_and_grpo_alone_takes_the_final_one():
-    # training.masks.multi_output_sessions reads these keys; the trainer refuses what verl's grpo would treat apart
+    # rules.masks.multi_output_sessions reads these keys; the trainer refuses what verl's grpo would treat apart
     from verl.trainer.ppo.v1 import utils
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 

@@ -29,40 +29,20 @@ PACKAGE = "verl_isocompute"
 PURE, VERL, WORKFLOW, COMMANDS = 0, 1, 2, 3
 LAYER_NAMES = {PURE: "pure rules", VERL: "verl-facing", WORKFLOW: "workflow drivers", COMMANDS: "commands"}
 
-# package (or module) -> layer; the longest matching prefix decides.
+# package (or top-level module) -> layer; a module's layer is its folder's: no module overrides its folder.
 LAYERS: dict[str, int] = {
-    PACKAGE: PURE,  # the package itself, atomic, jsonl, runlog, errors, _compat
+    PACKAGE: PURE,  # the package's own modules: atomic, jsonl, runlog, errors, numeric, settings, _compat, ...
+    f"{PACKAGE}.rules": PURE,
     f"{PACKAGE}.data": PURE,
+    f"{PACKAGE}.guided": PURE,
     f"{PACKAGE}.scaling": PURE,
     f"{PACKAGE}.training": VERL,
     f"{PACKAGE}.cpu": VERL,
-    f"{PACKAGE}.guided": VERL,
     f"{PACKAGE}.plugin": VERL,
     f"{PACKAGE}.registration_probes": VERL,
     f"{PACKAGE}.workflow": WORKFLOW,
     f"{PACKAGE}.commands": COMMANDS,
     f"{PACKAGE}.main": COMMANDS,
-    # the pure rules that live beside the verl code using them
-    f"{PACKAGE}.training.answers": PURE,
-    f"{PACKAGE}.training.format_metrics": PURE,
-    f"{PACKAGE}.training.lr": PURE,
-    f"{PACKAGE}.training.masks": PURE,
-    f"{PACKAGE}.training.metrics": PURE,
-    f"{PACKAGE}.training.names": PURE,
-    f"{PACKAGE}.training.per_prompt_n": PURE,
-    f"{PACKAGE}.training.adaptive": PURE,
-    f"{PACKAGE}.training.progress": PURE,
-    f"{PACKAGE}.training.reward": PURE,
-    f"{PACKAGE}.training.weight_version": PURE,
-    f"{PACKAGE}.guided.check": PURE,
-    f"{PACKAGE}.guided.lengths": PURE,
-    f"{PACKAGE}.guided.metrics": PURE,
-    f"{PACKAGE}.guided.placement": PURE,
-    f"{PACKAGE}.guided.search_tables": PURE,
-    f"{PACKAGE}.guided.prefixes": PURE,
-    f"{PACKAGE}.guided.search_rules": PURE,
-    f"{PACKAGE}.guided.spend": PURE,
-    f"{PACKAGE}.guided.traces": PURE,
 }
 
 # What a pure module may not import, anywhere in it (top-level names).
@@ -229,11 +209,84 @@ def test_the_layer_map_names_only_existing_modules(imports):
     assert [p for p in LAYERS if p not in imports.modules] == []
 
 
+def folder(module: str) -> str:
+    """The room a module stands in at folder level: its top-level folder, or the top-level module itself."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 or (ROOT / PACKAGE / parts[-1]).is_dir() else module
+
+
+def test_the_folders_import_each_other_without_a_cycle(imports):
+    """Folder level: ``training/`` may use ``rules/``, never the other way round; no two folders (or top-level
+    modules) reach each other, which a per-module layer test alone would allow inside one layer."""
+    edges: dict[str, set[str]] = {}
+    for module, targets in imports.edges.items():
+        for target in targets:
+            if folder(target) != folder(module):
+                edges.setdefault(folder(module), set()).add(folder(target))
+    rooms = Imports.__new__(Imports)
+    rooms.edges = {room: edges.get(room, set()) for room in {folder(m) for m in imports.modules}}
+    assert rooms.cycles() == []
+
+
+def test_every_folder_is_one_layer_and_its_docstring_says_which(imports):
+    """No module overrides its folder's layer (the map has folders and top-level modules only), and each
+    folder's ``__init__`` docstring names the layer the map gives it."""
+    assert [p for p in LAYERS if p.count(".") > 1] == []
+    wrong = {}
+    for name in LAYERS:
+        init = ROOT / Path(*name.split(".")) / "__init__.py"
+        if name != PACKAGE and init.exists():
+            said = ast.get_docstring(ast.parse(init.read_text())) or ""
+            if f"Layer: {LAYER_NAMES[LAYERS[name]]}" not in said:
+                wrong[name] = LAYER_NAMES[LAYERS[name]]
+    assert wrong == {}
+
+
+def _layer_listing() -> dict[str, set[str]]:
+    """The map as the docs write it: layer name -> folders (``rules/``) and top-level modules (``runlog``)."""
+    listing: dict[str, set[str]] = {name: set() for name in LAYER_NAMES.values()}
+    for module in Imports().modules:
+        room = folder(module)
+        if room == PACKAGE or room.rpartition(".")[2].startswith("_"):
+            continue
+        short = room.removeprefix(PACKAGE + ".")
+        listing[LAYER_NAMES[layer(room)]].add(short + "/" if (ROOT / PACKAGE / short).is_dir() else short)
+    return listing
+
+
+def test_the_readme_layer_table_is_the_map():
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("| layer | folders and modules | may import |"):]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = set(re.findall(r"`([^`]+)`", cells[1]))
+    assert rows == _layer_listing()
+
+
+def test_the_package_docstring_lists_the_map():
+    import re
+
+    import verl_isocompute
+
+    said = {}
+    for item in re.split(r"\n- ", verl_isocompute.__doc__)[1:]:
+        name = re.match(r"\*\*([^*]+)\*\*", item).group(1)
+        # a name in double backticks right after the start or a comma (not the ones inside parentheses)
+        text = re.sub(r"\([^()]*\)", "", item.replace("\n", " "))
+        said[name] = set(re.findall(r"``([^`]+)``", text)) - {"python -m verl_isocompute.main"}
+    assert said == _layer_listing()
+
+
 # Fresh processes: what importing a module really loads (a third-party library may pull torch in).
 # The pure layer all at once; then the few places that promise to be lighter still.
 LIGHT = {
     "pure": (None, ("torch", "verl", "ray", "transformers", "hydra", "omegaconf")),
-    "the LR rule": (("verl_isocompute.training.lr",), ("torch", "verl", "numpy")),
+    "the LR rule": (("verl_isocompute.rules.lr",), ("torch", "verl", "numpy")),
     "`isocompute fit`'s module (the command starts fast)": (("verl_isocompute.commands.fit",), ("pandas", "scipy", "matplotlib", "torch", "verl")),
     "`isocompute allocate` (no verl to decide a budget)": (("verl_isocompute.commands.allocate",), ("hydra", "torch", "verl")),
     "`isocompute prefix-search`'s module and tables": (

@@ -1,4 +1,4 @@
-"""The LR rule and warm-up (verl_isocompute.training.lr): pure, no verl, no torch."""
+"""The LR rule and warm-up (verl_isocompute.rules.lr): pure, no verl, no torch."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from verl_isocompute.training import lr
+from verl_isocompute.rules import lr
 
 
 def test_sqrt_rule_and_its_ablations():

@@ -192,7 +192,7 @@ def test_verls_own_scheduler_runs_update_k_at_the_warmup_rule():
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
 
-    from verl_isocompute.training.lr import lr_for_update
+    from verl_isocompute.rules.lr import lr_for_update
 
     cfg = compose_recipe("isocompute_hard", ["isocompute.lr.warmup_steps=4", "isocompute.lr.base_lr=1e-3"])
     optim_config = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor.optim)

@@ -1,4 +1,4 @@
-"""The per-step masks (verl_isocompute.training.masks): pure numpy, no verl, no torch, no Ray."""
+"""The per-step masks (verl_isocompute.rules.masks): pure numpy, no verl, no torch, no Ray."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from verl_isocompute.training import masks
-from verl_isocompute.training.names import GROUPS, OFF, REGULARIZERS
+from verl_isocompute.rules import masks
+from verl_isocompute.rules.names import GROUPS, OFF, REGULARIZERS
 
 
 def shuffled_groups(num_groups, n, seed):
@@ -18,7 +18,7 @@ def shuffled_groups(num_groups, n, seed):
 def test_accuracy_prefers_the_rewards_acc_over_a_shaped_score():
     extra = [{"reward_extra_info": {"acc": True}}, {"reward_extra_info": {"acc": 0}}, {"reward_extra_info": {"acc": None}},
              {}, None]
-    # without acc the score decides, > 0.5 (training.metrics.is_correct): 0.5 is not correct
+    # without acc the score decides, > 0.5 (rules.metrics.is_correct): 0.5 is not correct
     assert masks.accuracy(extra, [0.1, 1.2, 0.5, 0.0, 2.0]).tolist() == [1.0, 0.0, 0.0, 0.0, 1.0]
 
 

@@ -1,5 +1,5 @@
 """Unbiased validation estimators (failed samples counted as wrong), pass-rate histogram, epochs and evicted
-compute (verl_isocompute.training.metrics)."""
+compute (verl_isocompute.rules.metrics)."""
 
 import itertools
 from fractions import Fraction
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl_isocompute.training import metrics
+from verl_isocompute.rules import metrics
 
 
 def brute_force(outcomes, k):
@@ -178,9 +178,9 @@ SHAPED = [0.0, 0.1, 0.5, 0.6, 1.0, 1.1, -1.0, {"score": 0.1}, {"score": 1.1, "pr
 @pytest.mark.parametrize("result", SHAPED, ids=[str(r) for r in SHAPED])
 def test_curation_training_and_validation_call_the_same_samples_correct(result):
     """Curation (difficulty sets: workflow.rollouts.correct) and training (zero-variance masks and training
-    accuracy: training.masks.accuracy, which verl hands the reward's dict keys as reward_extra_info; the
+    accuracy: rules.masks.accuracy, which verl hands the reward's dict keys as reward_extra_info; the
     trainer's validation uses is_correct directly) give one verdict for any reward."""
-    from verl_isocompute.training.masks import accuracy
+    from verl_isocompute.rules.masks import accuracy
     from verl_isocompute.workflow.rollouts import correct
 
     score = result["score"] if isinstance(result, dict) else result

@@ -1,4 +1,4 @@
-"""Per-prompt n (training/per_prompt_n.py): the Knapsack RL value, the Beta posterior, the greedy split of a
+"""Per-prompt n (scaling/per_prompt_n.py): the Knapsack RL value, the Beta posterior, the greedy split of a
 step's rollouts (checked by hand and against brute force) and the expected zero-variance share."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl_isocompute.training.per_prompt_n import (
+from verl_isocompute.scaling.per_prompt_n import (
     PassRate,
     PassRateTracker,
     PerPromptNError,

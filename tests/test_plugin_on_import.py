@@ -18,7 +18,7 @@ REGISTRIES = """
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
     from verl.trainer.ppo import core_algos
     from verl.trainer.ppo.v1 import get_trainer_cls
-    from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, GRPO_ESTIMATOR, PREFIX_AGENT, TRAINER
+    from verl_isocompute.rules.names import DECOUPLED_ESTIMATOR, GRPO_ESTIMATOR, PREFIX_AGENT, TRAINER
     assert get_trainer_cls(TRAINER).__module__ == "verl_isocompute.training.trainer"
     assert core_algos.get_adv_estimator_fn(GRPO_ESTIMATOR).__module__ == "verl_isocompute.training.advantage"
     assert core_algos.get_adv_estimator_fn(DECOUPLED_ESTIMATOR).__module__ == "verl_isocompute.training.advantage"
@@ -47,7 +47,7 @@ def test_a_training_worker_does_not_import_verls_trainer_and_a_lookup_still_find
 
 
 @pytest.mark.parametrize("first", ["verl_isocompute.training.advantage", "verl_isocompute.training.trainer",
-                                   "verl_isocompute.guided.agent_loop", "verl.trainer.ppo.v1.trainer_base",
+                                   "verl_isocompute.training.guided_agent_loop", "verl.trainer.ppo.v1.trainer_base",
                                    "verl.experimental.agent_loop.agent_loop"])
 def test_whichever_module_comes_first_every_registration_is_there(first):
     # our modules first: each imports verl, which loads the plugin while that module is still half-initialised

@@ -136,7 +136,7 @@ def test_guided_dataset_uses_the_searched_prefix_and_counts_the_rest(tmp_path):
 
 
 def test_recipe_key_and_guide_command_take_the_search(tmp_path):
-    from verl_isocompute.guided.mixture import GuideConfig
+    from verl_isocompute.training.guided_mixture import GuideConfig
 
     frame = worked_arithmetic(3, terms=5)
     frame.to_parquet(tmp_path / "train.parquet")

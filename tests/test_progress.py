@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from verl_isocompute.training import progress
-from verl_isocompute.training.progress import Phase
+from verl_isocompute.rules import progress
+from verl_isocompute.rules.progress import Phase
 
 
 def test_marker_survives_rays_line_prefix():

@@ -25,7 +25,7 @@ from verl_runs import HALF_CONSTANT_REWARD, PARITY_REWARD, Run, fixture_env, run
 from verl_isocompute.runlog import read_run_log
 from verl_isocompute.scaling.run_logs import load_runs
 
-from verl_isocompute.training.masks import row_ids
+from verl_isocompute.rules.masks import row_ids
 from verl_isocompute.training.probes import CHECKED_PROBES
 
 pytestmark = pytest.mark.e2e

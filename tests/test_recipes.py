@@ -6,8 +6,8 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
-from verl_isocompute.training.names import GRPO_ESTIMATOR, TRAINER, ZERO_VARIANCE_MODES
+from verl_isocompute.rules.lr import VERL_WARMUP_SCHEDULE
+from verl_isocompute.rules.names import GRPO_ESTIMATOR, TRAINER, ZERO_VARIANCE_MODES
 
 RECIPES = ["isocompute_easy", "isocompute_hard", "isocompute_hard_guided", "isocompute_mixed", "cpu_demo"]
 
@@ -36,7 +36,7 @@ def test_recipe_composes_and_is_the_healthy_recipe(name, tiny_model_path, monkey
     assert cfg.algorithm.rollout_correction.rollout_is == "token"
     assert cfg.algorithm.rollout_correction.rollout_is_threshold == 2.0 and rollout.calculate_log_probs
     assert cfg.isocompute.lr.rule == "sqrt" and cfg.isocompute.lr.b_ref == 1024
-    assert cfg.reward.custom_reward_function.path == "pkg://verl_isocompute.training.reward"
+    assert cfg.reward.custom_reward_function.path == "pkg://verl_isocompute.rules.reward"
 
 
 def test_gpu_recipes_keep_the_paper_sizes():

@@ -14,7 +14,7 @@ from verl.workers.config import ActorConfig
 from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import no_padding_2_padding
 
-from verl_isocompute.training.names import REG_MASK_FIELD, ROW_ID_FIELD, SEQ_COUNT_FIELD
+from verl_isocompute.rules.names import REG_MASK_FIELD, ROW_ID_FIELD, SEQ_COUNT_FIELD
 from verl_isocompute.training.regularizers import isocompute_ppo_loss
 
 

@@ -1,4 +1,4 @@
-"""Math reward (verl_isocompute.training.reward): answer extraction, math-verify verdicts, threads and the time bound."""
+"""Math reward (verl_isocompute.rules.reward): answer extraction, math-verify verdicts, threads and the time bound."""
 
 import os
 import signal
@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from verl_isocompute.training import reward
+from verl_isocompute.rules import reward
 
 # (model output, ground truth, correct?)
 PAIRS = [

@@ -12,7 +12,7 @@ import pytest
 
 from verl_isocompute.commands.cli import parse_args
 from verl_isocompute.data.difficulty import Thresholds
-from verl_isocompute.guided.mixture import GuideConfig
+from verl_isocompute.training.guided_mixture import GuideConfig
 from verl_isocompute.scaling.allocation import AllocationConfig
 from verl_isocompute.scaling.pipeline import FitConfig
 from verl_isocompute.settings import add_setting, default_of, help_text, setting

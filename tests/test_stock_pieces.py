@@ -12,7 +12,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from verl_isocompute.training.config import RecipeError, check_warmup_schedule
-from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
+from verl_isocompute.rules.lr import VERL_WARMUP_SCHEDULE
 
 USER = ["data.train_batch_size=64", "actor_rollout_ref.rollout.n=8"]  # the user's own batch, B = 512 rollouts
 

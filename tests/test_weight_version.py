@@ -1,11 +1,11 @@
-"""Rollouts tied to their weights (training/weight_version.py): before the update of step k every rollout must
+"""Rollouts tied to their weights (rules/weight_version.py): before the update of step k every rollout must
 carry the weight version k - 1 that verl stamps on it. The run that skips a weight sync is in test_e2e_cpu.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from verl_isocompute.training.weight_version import StaleRolloutError, check_rollout_versions
+from verl_isocompute.rules.weight_version import StaleRolloutError, check_rollout_versions
 
 
 def _tags(*spans, padding=0):

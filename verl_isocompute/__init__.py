@@ -1,27 +1,19 @@
 """verl-isocompute: the IsoCompute playbook (arXiv 2603.12151) as a verl plugin.
 
-Where things live:
+Where things live, by layer: a folder is one layer, and a module imports only from its own layer and the ones
+before it here (``tests/test_layers.py`` holds this map and checks every import against it; README.md, Layout):
 
-- ``training/``  the healthy GRPO recipe inside verl: estimators, the regulariser-masked loss, the
-  ``isocompute`` trainer, the reward, and the pure rules they use (LR rule, unbiased metrics, masks);
-  ``training.config`` checks our ``isocompute:`` config block, ``training.prepare`` turns it into plain verl settings.
-- ``scaling/``   the scaling toolkit: run logs -> frontier -> n*(C) curve, and the allocation rule
-  (budget -> n, B_problem, steps, lr). Pure numpy/scipy/pandas: no verl, no torch.
-- ``workflow/``  from problems to a compute-optimal run: difficulty curation, the prefix search, pilot
-  sweeps, launching and stopping a verl run.
-- ``guided/``    oracle-solution and trace prefixes as context (POPE, PrefixRL): the prefix tables, search
-  rules and dataset transform (pure), and the hooks verl runs (``isocompute.guided``, the agent loop).
-- ``cpu/``       the CPU backend (platform + HF-transformers rollout) so verl runs without a GPU.
-- ``commands/``  the ``isocompute`` subcommands, thin doors over the above.
-- ``data/``      problem sources in verl's parquet format (the demo's arithmetic, worked solutions) and a
-  problem's identity.
-- ``plugin``     the ``verl.plugins`` entry point; ``main`` the recipe entry point
-  (``python -m verl_isocompute.main``); ``runlog`` the run-log contract between training and fitting;
-  ``atomic`` the one way we write result files; ``verl_keys`` where verl keeps n, B_problem and steps;
-  ``settings`` the fields of settings dataclasses (default and help), from which the commands' options are built.
-
-The layers (pure rules -> verl-facing -> workflow drivers -> commands) and what each may import: README.md,
-Layout; ``tests/test_layers.py`` checks them.
+- **pure rules**: ``rules/`` (what verl-facing code applies: the LR rule, masks, metrics, the reward, names),
+  ``scaling/`` (run logs -> frontier -> n*(C) curve; the allocation rule; the n schedule and per-prompt n),
+  ``data/`` (problem sources in verl's parquet format), ``guided/`` (prefix tables, search rules and the
+  dataset transform of POPE / PrefixRL), and the package's own modules: ``runlog`` (the run-log contract),
+  ``atomic`` (the one way we write result files), ``jsonl``, ``errors``, ``numeric``, ``figures``,
+  ``verl_keys`` (where verl keeps n, B_problem and steps), ``settings`` (settings fields with their help).
+- **verl-facing**: ``training/`` (the recipe inside verl: estimators, the masked loss, the ``isocompute``
+  trainer, our ``isocompute:`` block checked and resolved, the guided hooks), ``cpu/`` (the CPU backend),
+  ``plugin`` (the ``verl.plugins`` entry point), ``registration_probes``.
+- **workflow drivers**: ``workflow/`` (curation, the prefix search, pilot sweeps, launching a verl run).
+- **commands**: ``commands/`` (the ``isocompute`` subcommands), ``main`` (``python -m verl_isocompute.main``).
 
 Importing this package is cheap and imports neither verl nor torch.
 """

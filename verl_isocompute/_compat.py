@@ -20,9 +20,9 @@ MOVED: dict[str, str] = {
     "verl_isocompute.advantage": "verl_isocompute.training.advantage",
     "verl_isocompute.regularizers": "verl_isocompute.training.regularizers",
     "verl_isocompute.trainer": "verl_isocompute.training.trainer",
-    "verl_isocompute.reward": "verl_isocompute.training.reward",
-    "verl_isocompute.lr": "verl_isocompute.training.lr",
-    "verl_isocompute.metrics": "verl_isocompute.training.metrics",
+    "verl_isocompute.reward": "verl_isocompute.rules.reward",
+    "verl_isocompute.lr": "verl_isocompute.rules.lr",
+    "verl_isocompute.metrics": "verl_isocompute.rules.metrics",
     "verl_isocompute.compose": "verl_isocompute.training.config",
     "verl_isocompute.allocation": "verl_isocompute.training.allocation_hook",  # the hook; re-exports the pure rule
     "verl_isocompute.allocation_cli": "verl_isocompute.commands.allocate",
@@ -43,8 +43,24 @@ MOVED: dict[str, str] = {
     "verl_isocompute.scaling.frontier": "verl_isocompute.scaling.points",
     "verl_isocompute.guided.search": "verl_isocompute.guided.search_rules",
     "verl_isocompute.guided.prefix_search": "verl_isocompute.guided.search_tables",
-    "verl_isocompute.guided.recipe": "verl_isocompute.guided.mixture",
+    "verl_isocompute.guided.recipe": "verl_isocompute.training.guided_mixture",
     "verl_isocompute.registrations": "verl_isocompute.registration_probes",
+    # 0.2, the layers as folders: the pure rules verl-facing code uses go to rules/ (and the run-time n rules
+    # to scaling/); the guided hooks verl runs go to training/, leaving guided/ pure
+    "verl_isocompute.training.answers": "verl_isocompute.rules.answers",
+    "verl_isocompute.training.format_metrics": "verl_isocompute.rules.format_metrics",
+    "verl_isocompute.training.lr": "verl_isocompute.rules.lr",
+    "verl_isocompute.training.masks": "verl_isocompute.rules.masks",
+    "verl_isocompute.training.metrics": "verl_isocompute.rules.metrics",
+    "verl_isocompute.training.names": "verl_isocompute.rules.names",
+    "verl_isocompute.training.progress": "verl_isocompute.rules.progress",
+    "verl_isocompute.training.reward": "verl_isocompute.rules.reward",
+    "verl_isocompute.training.weight_version": "verl_isocompute.rules.weight_version",
+    "verl_isocompute.training.adaptive": "verl_isocompute.scaling.adaptive",
+    "verl_isocompute.training.per_prompt_n": "verl_isocompute.scaling.per_prompt_n",
+    "verl_isocompute.guided.agent_loop": "verl_isocompute.training.guided_agent_loop",
+    "verl_isocompute.guided.mixture": "verl_isocompute.training.guided_mixture",
+    "verl_isocompute.guided.training_set": "verl_isocompute.training.guided_training_set",
 }
 
 

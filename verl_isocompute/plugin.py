@@ -32,7 +32,7 @@ import wrapt
 ON_IMPORT: dict[str, str] = {
     "verl.trainer.ppo.core_algos": "verl_isocompute.training.advantage",  # the two GRPO estimators
     "verl.trainer.ppo.v1": "verl_isocompute.training.trainer",  # the isocompute trainer
-    "verl.experimental.agent_loop": "verl_isocompute.guided.agent_loop",  # the assistant-placement agent loop
+    "verl.experimental.agent_loop": "verl_isocompute.training.guided_agent_loop",  # the assistant-placement agent loop
 }
 _hooked: set[str] = set()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
-from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, GRPO_ESTIMATOR, PLATFORM_NAME, PREFIX_AGENT, ROLLOUT_NAME, TRAINER
+from verl_isocompute.rules.names import DECOUPLED_ESTIMATOR, GRPO_ESTIMATOR, PLATFORM_NAME, PREFIX_AGENT, ROLLOUT_NAME, TRAINER
 
 
 def _attr(module: str, name: str):

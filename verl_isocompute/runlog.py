@@ -29,7 +29,7 @@ Every run of our recipes writes ``<run dir>/isocompute.jsonl``: JSON lines, one 
 Next to it, ``<run dir>/validation_problems.jsonl`` (:data:`VAL_PROBLEMS`) holds one line per problem and
 validation: ``step``, ``data_source``, ``problem`` (``extra_info.problem_id`` or ``index``), ``k`` and how many of
 the k samples were correct, answered, echoes of the question and leniently correct
-(:mod:`verl_isocompute.training.format_metrics`), so a before/after comparison can be paired and re-computed.
+(:mod:`verl_isocompute.rules.format_metrics`), so a before/after comparison can be paired and re-computed.
 
 The writer (:class:`RunLogWriter`) appends a line per step and, when a run resumes from a checkpoint,
 atomically rewrites the file without the rows past the resumed step. Reading and appending follow the
@@ -65,7 +65,7 @@ GUIDED_MIXTURE = "guided_mixture"
 
 # Metric keys, spelled here only. Ours, added to verl's per-step metrics by the trainer, all start with
 # METRIC_PREFIX (``isocompute/train_acc``, ``isocompute/rollouts``); validation is logged under VAL_PREFIX
-# (``val/avg@k``, training.metrics.validation_metrics); DEFAULT_METRIC is what a fit reads by default.
+# (``val/avg@k``, rules.metrics.validation_metrics); DEFAULT_METRIC is what a fit reads by default.
 METRIC_PREFIX = "isocompute/"
 VAL_PREFIX = "val"
 DEFAULT_METRIC = f"{VAL_PREFIX}/avg@4"

@@ -1,1 +1,4 @@
-"""The ``isocompute`` subcommands: argument parsing and printing over library functions (``cli`` dispatches)."""
+"""The ``isocompute`` subcommands: argument parsing and printing over library functions (``cli`` dispatches).
+
+Layer: commands.
+"""

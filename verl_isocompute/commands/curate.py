@@ -45,7 +45,7 @@ def _gen_arg(text: str) -> tuple[str, object]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from verl_isocompute.data.difficulty import Thresholds
     from verl_isocompute.settings import add_setting, default_of
-    from verl_isocompute.training.names import ROLLOUT_NAME
+    from verl_isocompute.rules.names import ROLLOUT_NAME
     from verl_isocompute.workflow.curate import CurateConfig as config
 
     # every default and help text is CurateConfig's own, so the command line and the library agree (written once)

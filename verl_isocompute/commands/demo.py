@@ -24,7 +24,7 @@ from pathlib import Path
 
 from verl_isocompute.jsonl import JsonlError, read_jsonl
 from verl_isocompute.runlog import CONSOLE_LOG, RUN_LOG, STEP_TIMING, VERL_METRICS, is_training_step
-from verl_isocompute.training import metrics, progress
+from verl_isocompute.rules import metrics, progress
 from verl_isocompute.workflow import launch
 
 PROG = "isocompute demo"

@@ -127,7 +127,7 @@ def check_reward_thread() -> Check:
     code = """
         import json
         from concurrent.futures import ThreadPoolExecutor
-        from verl_isocompute.training.reward import compute_score
+        from verl_isocompute.rules.reward import compute_score
         cases = [("so the answer is \\\\boxed{\\\\frac{1}{2}}", "0.5", 1.0), ("\\\\boxed{3}", "4", 0.0)]
         with ThreadPoolExecutor(4) as pool:
             got = list(pool.map(lambda c: compute_score("doctor", c[0], c[1])["score"], cases))

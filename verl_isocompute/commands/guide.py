@@ -25,7 +25,7 @@ import argparse
 from pathlib import Path
 
 from verl_isocompute.guided.placement import ORIGINALS, PLACEMENTS, UNSEARCHED
-from verl_isocompute.guided.mixture import CUTS, GuideConfig, write_mixture
+from verl_isocompute.training.guided_mixture import CUTS, GuideConfig, write_mixture
 from verl_isocompute.settings import add_setting, from_args
 
 PROG = "isocompute guide"

@@ -1,5 +1,7 @@
 """CPU backend for verl: a ``cpu`` platform and an ``hf`` (transformers) rollout.
 
+Layer: verl-facing.
+
 :func:`register` is called by our ``verl.plugins`` entry point in every verl process. It always makes the
 ``cpu`` platform and the ``hf`` rollout *available* (registrations only: nothing changes until a run
 selects them). Only in a process where ``VERL_PLATFORM=cpu`` does it also apply
@@ -20,7 +22,7 @@ import sys
 from verl_isocompute.cpu.threads import THREADS_ENV, cpu_threads, record_cpu_threads  # the package's API
 from verl_isocompute.cpu.shm import record_shared_memory, removing_at_exit
 from verl_isocompute.cpu.vllm_cpu import apply_vllm_cpu_runtime
-from verl_isocompute.training.names import PLATFORM_NAME, ROLLOUT_NAME
+from verl_isocompute.rules.names import PLATFORM_NAME, ROLLOUT_NAME
 
 ADAPTER_PATH = "verl_isocompute.cpu.hf_rollout.HFServerAdapter"
 _runtime_applied = False

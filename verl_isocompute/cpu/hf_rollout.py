@@ -43,7 +43,7 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
-from verl_isocompute.training.names import ROLLOUT_NAME
+from verl_isocompute.rules.names import ROLLOUT_NAME
 
 from .sampler import BatchSampler, SamplingParams, sequence_seed
 from .threads import cpu_threads

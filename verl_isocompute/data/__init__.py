@@ -1,1 +1,4 @@
-"""Problem sources and dataset writers in verl's parquet format."""
+"""Problem sources and dataset writers in verl's parquet format.
+
+Layer: pure rules.
+"""

@@ -52,7 +52,7 @@ class Thresholds:
 
 def difficulty_table(problems: pd.DataFrame, outcomes: dict[str, dict[str, Any]], k: int) -> pd.DataFrame:
     """One row per sampled problem: k, correct, avg@k, pass@k, mean response tokens, truncated share."""
-    from verl_isocompute.training.metrics import best_at_k
+    from verl_isocompute.rules.metrics import best_at_k
 
     rows = []
     for pid, source in zip(problems["problem_id"], problems.get("data_source", pd.Series([None] * len(problems)))):

@@ -79,7 +79,7 @@ def answer_checks_out(ground_truth: str) -> bool:
 
     If it does not, math-verify cannot parse it, and no response could ever be scored correct.
     """
-    from verl_isocompute.training.reward import compute_score
+    from verl_isocompute.rules.reward import compute_score
 
     return bool(compute_score("curate", f"\\boxed{{{ground_truth}}}", ground_truth)["acc"])
 

@@ -2,7 +2,7 @@
 
 PrefixRL conditions on a prefix and trains on the continuation only; a prefix token under ``response_mask``
 would be imitation learning of the oracle, not on-policy RL. Our agent loop
-(:mod:`verl_isocompute.guided.agent_loop`) appends the prefix's token ids (:func:`prefix_token_ids`, the
+(:mod:`verl_isocompute.training.guided_agent_loop`) appends the prefix's token ids (:func:`prefix_token_ids`, the
 one tokenisation both sides use) to the prompt ids, so for every guided row with the ``assistant`` placement
 the trainer checks, each step, on what verl put in the TransferQueue:
 

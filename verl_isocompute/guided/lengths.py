@@ -10,13 +10,13 @@ verl decides what survives by length before training starts:
   exactly so. An assistant-placed row is *measured* with the prefix as a closed assistant message followed by
   a new generation prompt, which is longer (6 tokens with ChatML templates) than the prompt our agent loop
   sends: the unguided prompt, then the prefix's ids (:func:`sent_length`,
-  :mod:`verl_isocompute.guided.agent_loop`). So a guided row survives the filter only if its *filter* length
+  :mod:`verl_isocompute.training.guided_agent_loop`). So a guided row survives the filter only if its *filter* length
   fits;
 - without the filter, the agent loop left-truncates a prompt longer than ``rollout.prompt_length`` (the start
   of the problem is lost) and trains on it: the guided row then survives, but not as it was made.
 
 :func:`overlong` counts the guided rows of a dataset that one of the two would drop or cut, with the longest
-length, for the one-line refusal before training (:func:`verl_isocompute.guided.training_set.check_guided_lengths`);
+length, for the one-line refusal before training (:func:`verl_isocompute.training.guided_training_set.check_guided_lengths`);
 the prefix search measures every rung the same way (a rung that does not fit ends the ladder).
 
 Pure: a tokenizer object is passed in; no verl, torch or transformers import.

@@ -8,7 +8,7 @@ a prefix. Both keep the prefix out of the training target. This module writes su
 - ``user`` (POPE): the prefix goes into the last user turn after an instruction to continue it; the
   assistant turn the policy writes is all its own.
 - ``assistant`` (PrefixRL): the prompt ends with an assistant message holding the prefix and the row names
-  our agent loop (``agent_name`` = :data:`PREFIX_AGENT`, :mod:`verl_isocompute.guided.agent_loop`), which
+  our agent loop (``agent_name`` = :data:`PREFIX_AGENT`, :mod:`verl_isocompute.training.guided_agent_loop`), which
   appends the prefix's tokens to the *prompt* ids after the generation prompt, so the policy continues the
   assistant turn and the prefix is never part of the response (nor of ``response_mask``, the loss, the
   log-probs or TIS). Unguided rows name verl's ``single_turn_agent``.
@@ -42,7 +42,7 @@ import pandas as pd
 
 from verl_isocompute.data.problems import row_problem_id
 from verl_isocompute.guided.prefixes import DEFAULT_MAX_FRACTION, Prefix, lookup, prefixes_at, skip_reason
-from verl_isocompute.training.names import PREFIX_AGENT
+from verl_isocompute.rules.names import PREFIX_AGENT
 
 USER, ASSISTANT = "user", "assistant"
 PLACEMENTS = (USER, ASSISTANT)
@@ -182,7 +182,7 @@ def guided_dataset(
     its ladder is shorter). When fewer problems than asked have a usable prefix, all of them are guided (see
     :meth:`GuidedDataset.summary`); which problems are guided when there are more is a seeded draw.
     ``solutions`` (one per row) replaces the ``solution_key`` column, e.g. PrefixRL traces
-    (:func:`verl_isocompute.guided.mixture.trace_solutions`); a None entry is counted as :data:`NO_TRACE`.
+    (:func:`verl_isocompute.training.guided_mixture.trace_solutions`); a None entry is counted as :data:`NO_TRACE`.
     ``token_cuts`` (one per row: a list of token-cut prefixes, :func:`verl_isocompute.guided.prefixes.token_prefixes`,
     or the reason there is none) replaces both: the rows then carry the cut's token ids (``guide_prefix_ids``),
     which the assistant placement's agent loop appends as they are.

@@ -1,5 +1,7 @@
 """Scaling toolkit: from run logs to the compute-optimal frontier and the n*(C) sigmoid.
 
+Layer: pure rules.
+
 Pure Python on numpy/scipy/pandas/matplotlib: nothing here imports verl or torch. The notebook path,
 each step returning plain data (dataclasses holding dataframes)::
 

@@ -16,7 +16,7 @@ moderate, spend the rest on steps. Here that rule reads:
 3. M = floor(C / (b_problem * n)): the budget is never exceeded; the remainder (< one step) is unspent.
    More than :data:`MAX_STEPS` steps is refused: the paper's runs take hundreds to a few thousand steps,
    so such a budget is a slip in its exponent or unit, not a plan.
-4. lr and warm-up come from :func:`verl_isocompute.training.lr.resolve_lr` (lr = 1e-6 * sqrt(B / 1024),
+4. lr and warm-up come from :func:`verl_isocompute.rules.lr.resolve_lr` (lr = 1e-6 * sqrt(B / 1024),
    10 warm-up steps) and epochs = M * b_problem / D when the dataset size D is known.
 
 Fixed-hardware-batch mode (``batch_rollouts`` = B given): n from the curve, b_problem = B // n, the
@@ -31,7 +31,7 @@ steps; a reason says that a run spending rollouts before training sits further r
 
 Decoupled baseline (appendix C, ``n_train``): n = n_est rollouts are sampled per problem and n_train of
 them are trained on, so n is never chosen below n_train; the compute C counts all n, the LR rule's B
-counts b_problem * n_train (the rollouts whose gradients enter the update, :mod:`verl_isocompute.training.lr`).
+counts b_problem * n_train (the rollouts whose gradients enter the update, :mod:`verl_isocompute.rules.lr`).
 
 Every adjustment (and every assumption such as a unit conversion or a budget outside the C range the
 curve was fitted on) is recorded in :attr:`Allocation.reasons`.
@@ -52,7 +52,7 @@ from verl_isocompute.numeric import as_count, integral, is_positive
 from verl_isocompute.runlog import WITH_CURATION, WITH_GUIDANCE
 from verl_isocompute.scaling.curve import Curve, load_curve
 from verl_isocompute.settings import help_text, setting
-from verl_isocompute.training.lr import (
+from verl_isocompute.rules.lr import (
     B_REF,
     BASE_LR,
     RULES,

@@ -18,8 +18,8 @@ The rule, before step t (1-based, verl's global step) with c_t rollouts already 
    than ``margin`` (a hysteresis, :func:`snap`), so n cannot flip back and forth around a midpoint when
    the curve or its compute unit (tokens counted from a noisy mean length) moves c_t's reading.
 3. B_t = b_problem * n_t (b_problem fixed for the run) and lr_t = the recipe's LR rule at B_t
-   (:func:`verl_isocompute.training.lr.resolve_lr`, lr = base_lr * sqrt(B / B_ref)) with the warm-up counted
-   in updates (:func:`verl_isocompute.training.lr.lr_for_update`), exactly as a fixed-n run at that n.
+   (:func:`verl_isocompute.rules.lr.resolve_lr`, lr = base_lr * sqrt(B / B_ref)) with the warm-up counted
+   in updates (:func:`verl_isocompute.rules.lr.lr_for_update`), exactly as a fixed-n run at that n.
 4. The run ends at the budget: :meth:`NSchedule.steps_left` is how many steps of B_t rollouts still fit;
    the remainder (less than one step) is unspent, as in the allocation. A step plans B_t rollouts, but a group
    verl evicts (a failed rollout) is replaced, and its rollouts are charged to C too: they were sampled. So the
@@ -43,7 +43,7 @@ from typing import Any, Sequence
 
 from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.scaling.curve import Curve
-from verl_isocompute.training.lr import B_REF, BASE_LR, WARMUP_STEPS, lr_for_update, resolve_lr
+from verl_isocompute.rules.lr import B_REF, BASE_LR, WARMUP_STEPS, lr_for_update, resolve_lr
 
 # A switch needs n*(c) a tenth of a doubling past the midpoint: enough to absorb a noisy compute reading,
 # small enough that n follows the curve closely (n goes from 8 to 16 once n* > 2^3.6 = 12.1).
@@ -144,7 +144,7 @@ class NSchedule:
         n_grid: the n values allowed (powers of two >= 2 inside the curve's n_grid); unset: the curve's own.
         margin: the hysteresis, in doublings past a midpoint, in [0, 0.5).
         mean_response_tokens: generated tokens per rollout, needed to read a curve fitted on tokens.
-        base_lr, b_ref, lr_rule, warmup_steps, n_train: the LR rule's settings (:mod:`verl_isocompute.training.lr`);
+        base_lr, b_ref, lr_rule, warmup_steps, n_train: the LR rule's settings (:mod:`verl_isocompute.rules.lr`);
             ``n_train`` (the decoupled baseline) also removes grid values below it.
     """
 

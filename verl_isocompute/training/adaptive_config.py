@@ -25,9 +25,9 @@ from omegaconf import DictConfig
 from verl_isocompute import verl_keys
 from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.training import schema
-from verl_isocompute.training.adaptive import AdaptiveN, PerPromptSettings
+from verl_isocompute.scaling.adaptive import AdaptiveN, PerPromptSettings
 from verl_isocompute.training.conf import select
-from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, TRAINER
+from verl_isocompute.rules.names import DECOUPLED_ESTIMATOR, TRAINER
 
 SCHEDULE, PER_PROMPT = "isocompute.schedule", "isocompute.per_prompt_n"
 

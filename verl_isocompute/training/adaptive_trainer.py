@@ -1,4 +1,4 @@
-"""The isocompute trainer's verl hooks for per-step n: the n schedule and per-prompt n (``training/adaptive.py``).
+"""The isocompute trainer's verl hooks for per-step n: the n schedule and per-prompt n (``scaling/adaptive.py``).
 
 A mixin of :class:`verl_isocompute.training.trainer.IsoComputeTrainer`; with both ``isocompute.schedule`` and
 ``isocompute.per_prompt_n`` off (``self.adaptive`` is None) every hook is verl's own. With either on:
@@ -37,7 +37,7 @@ from omegaconf import open_dict
 
 from verl_isocompute import atomic
 from verl_isocompute.runlog import metric_key
-from verl_isocompute.training.adaptive import AdaptiveN, prompt_id
+from verl_isocompute.scaling.adaptive import AdaptiveN, prompt_id
 from verl_isocompute.training.adaptive_config import build_adaptive, check_adaptive
 
 STATE_FILE = "isocompute_adaptive.json"
@@ -51,7 +51,7 @@ def _column(batch, key: str) -> list:
 
 
 class AdaptiveTrainerMixin:
-    """verl hooks for :class:`~verl_isocompute.training.adaptive.AdaptiveN` (module docstring)."""
+    """verl hooks for :class:`~verl_isocompute.scaling.adaptive.AdaptiveN` (module docstring)."""
 
     adaptive: AdaptiveN | None = None
 

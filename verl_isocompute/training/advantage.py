@@ -24,13 +24,13 @@ differences that are about robustness, not the method:
   (rows keyed ``{uid}_{session}_{output}``), takes each session's final output into the group and gives its
   advantage to the session's other outputs. Our estimators see only the group ids, not the sessions, so
   the isocompute trainer refuses such a step with one error
-  (:func:`verl_isocompute.training.masks.check_one_output_per_session`); under verl's own trainer a
+  (:func:`verl_isocompute.rules.masks.check_one_output_per_session`); under verl's own trainer a
   multi-output agent loop needs verl's ``grpo``.
 
 ``isocompute_grpo_decoupled`` is the decoupled baseline of the paper's appendix C: sample
 n_est = ``rollout.n`` rollouts per problem, take the baseline (mean, std) from all n_est, and train on a
 uniform subsample of n_train of them, drawn without replacement
-(:func:`verl_isocompute.training.masks.decoupled_train_mask`; a group left with fewer than n_train real
+(:func:`verl_isocompute.rules.masks.decoupled_train_mask`; a group left with fewer than n_train real
 rollouts trains on all of them). The paper found, at B_problem = 128, n_est/n_train = 256/256 > 64/256 >
 64/64: a baseline from more rollouts helps even when the gradient uses few. Compute is charged for all n_est
 rollouts. Excluded rollouts get advantage 0; the trainer also zeroes their ``response_mask`` and
@@ -54,8 +54,8 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
-from verl_isocompute.training.masks import decoupled_train_mask, group_codes, real_rows
-from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, GRPO_ESTIMATOR
+from verl_isocompute.rules.masks import decoupled_train_mask, group_codes, real_rows
+from verl_isocompute.rules.names import DECOUPLED_ESTIMATOR, GRPO_ESTIMATOR
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ def compute_isocompute_grpo_decoupled(
     """Decoupled-baseline GRPO (appendix C): baseline from all n_est rollouts, advantages on n_train of them.
 
     Same arguments as :func:`compute_isocompute_grpo`, plus ``n_train`` and ``seed`` as in
-    :func:`verl_isocompute.training.masks.decoupled_train_mask` (the isocompute trainer sets both in
+    :func:`verl_isocompute.rules.masks.decoupled_train_mask` (the isocompute trainer sets both in
     :func:`estimator_context`). Rollouts outside the subsample get advantage 0.
     """
     context = _CONTEXT.get()

@@ -53,7 +53,7 @@ from verl_isocompute.scaling.allocation import (
     format_decision,
 )
 from verl_isocompute.scaling.curve import CurveError
-from verl_isocompute.training.names import DECOUPLED_ESTIMATOR
+from verl_isocompute.rules.names import DECOUPLED_ESTIMATOR
 from verl_isocompute.training.schema import SettingsError, check_block
 
 __all__ = [

@@ -26,11 +26,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl_isocompute import _compat, verl_keys
 from verl_isocompute.errors import IsoComputeError
-from verl_isocompute.training import answers, resolvers, schema
+from verl_isocompute.rules import answers
+from verl_isocompute.training import resolvers, schema
 from verl_isocompute.training.adaptive_config import check_adaptive
 from verl_isocompute.training.conf import select
-from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE
-from verl_isocompute.training.names import (
+from verl_isocompute.rules.lr import VERL_WARMUP_SCHEDULE
+from verl_isocompute.rules.names import (
     DECOUPLED_ESTIMATOR,
     ESTIMATORS,
     GROUPS,
@@ -164,7 +165,7 @@ def regularizers_on(cfg: DictConfig) -> bool:
 
 def check_warmup_schedule(cfg: DictConfig) -> None:
     """verl's optimizer schedule must run update k at lr * min(1, k / lr_warmup_steps): the isocompute trainer
-    logs that rate, so another schedule would be misreported (:data:`~verl_isocompute.training.lr.VERL_WARMUP_SCHEDULE`)."""
+    logs that rate, so another schedule would be misreported (:data:`~verl_isocompute.rules.lr.VERL_WARMUP_SCHEDULE`)."""
     optim = cfg.actor_rollout_ref.actor.optim
     for key, wanted in VERL_WARMUP_SCHEDULE.items():
         if optim.get(key) != wanted:
@@ -285,7 +286,7 @@ def check_settings(cfg: DictConfig) -> schema.IsoComputeSettings:
         raise RecipeError(str(exc)) from None
 
 
-OUR_REWARD = "pkg://verl_isocompute.training.reward"
+OUR_REWARD = "pkg://verl_isocompute.rules.reward"
 
 
 def check_reward_function(cfg: DictConfig) -> None:

@@ -2,7 +2,7 @@
 
 verl builds the actor's LR scheduler once, from ``optim.lr`` (``FSDPEngine._build_lr_scheduler``): a
 ``LambdaLR`` whose rate for update k is base_lr * f(k), f the warm-up factor min(1, k / W) under the recipe's
-schedule (:data:`verl_isocompute.training.lr.VERL_WARMUP_SCHEDULE`). The n schedule changes B_t = b_problem * n_t
+schedule (:data:`verl_isocompute.rules.lr.VERL_WARMUP_SCHEDULE`). The n schedule changes B_t = b_problem * n_t
 and so the LR rule's peak between steps. :meth:`IsoComputeActorWorker.set_peak_lr` replaces base_lr by the new
 peak and sets the rate of the coming update to peak * f(k) with the scheduler's own f and step count, so the
 warm-up stays counted in updates and the scheduler's saved state (its base_lrs) is the current peak on resume.

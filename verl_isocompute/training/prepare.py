@@ -11,7 +11,7 @@ builds and reports what a run needs besides, in this order (:func:`prepare`):
 - ``isocompute.guided.enable``: the training files become a mixture with guided copies of the problems
   (docs/GUIDED.md; through verl's main_ppo our trainer does it), and a validation file with guided rows is refused;
 - one line each for the allocation and the learning rate (lr = base_lr * sqrt(B / b_ref), B = B_problem
-  * n, n_train under the decoupled baseline, update k at lr * min(1, k / W): :mod:`verl_isocompute.training.lr`);
+  * n, n_train under the decoupled baseline, update k at lr * min(1, k / W): :mod:`verl_isocompute.rules.lr`);
   an lr given on the command line replaces the rule, as in verl's entry point, and the line says so;
 - ``isocompute.reuse_rollout_log_probs``: skip the old-log-prob pass of a fully on-policy recipe
   (:mod:`verl_isocompute.training.on_policy`; our entry point only);
@@ -37,7 +37,7 @@ from verl_isocompute.training.config import (
     lr_from_rule,
     resolve,
 )
-from verl_isocompute.training.names import DECOUPLED_ESTIMATOR, PLATFORM_NAME
+from verl_isocompute.rules.names import DECOUPLED_ESTIMATOR, PLATFORM_NAME
 from verl_isocompute.training.on_policy import prepare_reuse_rollout_log_probs
 from verl_isocompute.training.schema import ROOT, GuidedSettings, check_block
 
@@ -87,8 +87,8 @@ def prepare_guided_data(cfg: DictConfig) -> None:
     """``isocompute.guided``: the training files become a guided mixture (before the dataset is counted); its
     spend files must be readable, validation files unguided, and every guided row of the training files must
     survive verl's prompt-length filter (all checked again by the trainer, for main_ppo)."""
-    from verl_isocompute.guided.mixture import check_validation_files, guidance_spend, guided_block, prepare_guided
-    from verl_isocompute.guided.training_set import check_guided_lengths, training_problems
+    from verl_isocompute.training.guided_mixture import check_validation_files, guidance_spend, guided_block, prepare_guided
+    from verl_isocompute.training.guided_training_set import check_guided_lengths, training_problems
 
     try:
         check_block(guided_block(cfg), GuidedSettings, f"{ROOT}.guided")  # also when called alone, not by prepare()

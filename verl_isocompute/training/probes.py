@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from verl_isocompute.runlog import metric_key
-from verl_isocompute.training.masks import StepMasks
+from verl_isocompute.rules.masks import StepMasks
 from verl_isocompute.training.regularizers import PROBE_PREFIX
 
 # What the trainer sent and the loss reports back (regularizers.PROBE_PREFIX + name), compared every step.

@@ -54,7 +54,7 @@ import dataclasses
 
 import torch
 
-from verl_isocompute.training.names import REG_MASK_FIELD, ROW_ID_FIELD, SEQ_COUNT_FIELD
+from verl_isocompute.rules.names import REG_MASK_FIELD, ROW_ID_FIELD, SEQ_COUNT_FIELD
 
 PROBE_PREFIX = "actor/isocompute/"
 

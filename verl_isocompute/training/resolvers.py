@@ -14,7 +14,7 @@ that
 What they compute (each rule lives in one place; these functions only read the config and call it):
 
 - ``isocompute.lr:lr|warmup_steps``: the sqrt batch-size LR rule of the IsoCompute playbook
-  (arXiv 2603.12151), lr = base_lr * sqrt(B / b_ref), :func:`verl_isocompute.training.lr.resolve_lr`,
+  (arXiv 2603.12151), lr = base_lr * sqrt(B / b_ref), :func:`verl_isocompute.rules.lr.resolve_lr`,
   with B = data.train_batch_size * rollout.n (n_train under the decoupled baseline); under an enabled
   allocation, the allocation's lr (the same rule at the allocated n and B_problem).
 - ``isocompute.allocation:KEY,DEFAULT``: with ``isocompute.allocation.enable``, the budget's n,
@@ -54,7 +54,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl_isocompute import verl_keys
 from verl_isocompute.training.conf import files, flag, select
-from verl_isocompute.training.names import DATA_SOURCES, PLATFORM_NAME
+from verl_isocompute.rules.names import DATA_SOURCES, PLATFORM_NAME
 
 LAUNCH_DIR_ENV = "ISOCOMPUTE_LAUNCH_DIR"
 # True in ``python -m verl_isocompute.main``, which sets VERL_PLATFORM itself for the CPU platform (verl's main_ppo
@@ -115,7 +115,7 @@ def lr_decision(cfg: DictConfig):
     """The LRDecision of the recipe for this config: the allocation's when enabled, else the rule at the
     config's B_problem and n; ``isocompute.lr.rule=null`` is base_lr at any batch."""
     from verl_isocompute.training.allocation_hook import decoupled_n_train
-    from verl_isocompute.training.lr import (
+    from verl_isocompute.rules.lr import (
         B_REF,
         BASE_LR,
         WARMUP_STEPS,
@@ -298,7 +298,7 @@ NEEDS_TRAINER_WHY = {
 
 
 def _needs_trainer(value: Any, _root_: DictConfig) -> Any:
-    from verl_isocompute.training.names import TRAINER
+    from verl_isocompute.rules.names import TRAINER
 
     if select(_root_, "trainer.v1.trainer_mode") != TRAINER:
         why = NEEDS_TRAINER_WHY.get(str(value), "verl's own trainer would ignore it")

@@ -12,16 +12,16 @@ from dataclasses import dataclass
 
 from omegaconf import OmegaConf
 
-from verl_isocompute.guided import mixture as guided_mixture
+from verl_isocompute.training import guided_mixture
 from verl_isocompute.guided.metrics import GUIDED_METRICS, mixture_counts
 from verl_isocompute.runlog import GUIDANCE_SPEND, GUIDED_MIXTURE, metric_key
-from verl_isocompute.training import metrics as iso_metrics
+from verl_isocompute.rules import metrics as iso_metrics
 from verl_isocompute.training.adaptive_config import header as adaptive_header
 from verl_isocompute.training.config import lr_from_rule
-from verl_isocompute.training.lr import rule_batch_rollouts
+from verl_isocompute.rules.lr import rule_batch_rollouts
 
 PREFIX_CHECKED = metric_key("guided_prefix_checked")  # guided rows whose prefix was checked this step
-# Per-prompt n (training/adaptive.py): the n_i spread and what the split bought in expectation.
+# Per-prompt n (scaling/adaptive.py): the n_i spread and what the split bought in expectation.
 PER_PROMPT_METRICS = ("group_n_min", "group_n_max", "group_n_mean", "expected_zero_var_share",
                       "expected_zero_var_share_fixed_n", "expected_nonzero_groups", "expected_nonzero_groups_fixed_n")
 RUN_LOG_METRICS = (

@@ -3,7 +3,7 @@
 verl validates its own config through typed dataclasses; this module does the same for ours. The block is a
 tree of frozen dataclasses, :class:`IsoComputeSettings` at the root, one class per sub-block (the allocation's
 is :class:`~verl_isocompute.scaling.allocation.AllocationConfig`, the guided one extends
-:class:`~verl_isocompute.guided.mixture.GuideConfig`: each block is declared once, where its rule lives).
+:class:`~verl_isocompute.training.guided_mixture.GuideConfig`: each block is declared once, where its rule lives).
 Each field is declared with :func:`verl_isocompute.settings.setting`: its default, its help text and its limits
 (``minimum`` / ``maximum``, ``above`` / ``below`` exclusive, ``choices``). Adding a key is one such line in its
 block (a new block: its class, and one ``_block(...)`` line in :class:`IsoComputeSettings`); the check, the
@@ -39,12 +39,12 @@ from omegaconf import DictConfig, OmegaConf
 from verl_isocompute.cpu.dtype import DTYPE_CHOICES
 from verl_isocompute.cpu.models import MODEL_NAMES
 from verl_isocompute.data.arithmetic import PROMPT_STYLES, TASKS
-from verl_isocompute.guided.mixture import GuideConfig
+from verl_isocompute.training.guided_mixture import GuideConfig
 from verl_isocompute.scaling.allocation import AllocationConfig
 from verl_isocompute.settings import SettingsError, check_mapping, setting
-from verl_isocompute.training.answers import ANSWER_SETTINGS, AUTO
-from verl_isocompute.training.lr import B_REF, BASE_LR, RULES, WARMUP_STEPS
-from verl_isocompute.training.names import DATA_SOURCES, OFF, PLATFORM_NAME, ZERO_VARIANCE_MODES
+from verl_isocompute.rules.answers import ANSWER_SETTINGS, AUTO
+from verl_isocompute.rules.lr import B_REF, BASE_LR, RULES, WARMUP_STEPS
+from verl_isocompute.rules.names import DATA_SOURCES, OFF, PLATFORM_NAME, ZERO_VARIANCE_MODES
 
 ROOT = "isocompute"
 _NEEDS_HELP = "set by the piece to ${isocompute.needs_trainer:...}: an error, not a silent no-op, without our trainer"
@@ -56,7 +56,7 @@ def _needs() -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class LrSettings:
-    """``isocompute.lr``: the sqrt batch-size LR rule (training/lr.py), the recipes' and the allocation's."""
+    """``isocompute.lr``: the sqrt batch-size LR rule (rules/lr.py), the recipes' and the allocation's."""
 
     rule: str | None = setting("sqrt", "lr = base_lr * sqrt(B / b_ref) (sqrt), constant or linear in B; null: base_lr "
                                        "at any batch", choices=RULES)
@@ -151,7 +151,7 @@ class PerPromptSettings:
 
 @dataclasses.dataclass(frozen=True)
 class RewardSettings:
-    """``isocompute.reward``: how the reward grades a final answer (training/answers.py, README "The reward")."""
+    """``isocompute.reward``: how the reward grades a final answer (rules/answers.py, README "The reward")."""
 
     answer: str = setting(AUTO, "literal: only the value written as a number pays (an echoed expression scores 0); "
                                 "equivalent: math-verify's symbolic check; auto: literal on our generated sources, "

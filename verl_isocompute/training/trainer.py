@@ -7,12 +7,12 @@ On top of ``PPOTrainerSync`` it:
   through the workers' ``set_loss_fn``);
 - after verl's own advantage step (``super()._compute_advantage``, with our estimators told which rows are
   padding and, under the decoupled baseline, n_train and the step's seed: :func:`estimator_context`), turns
-  the step's rewards into masks (:func:`verl_isocompute.training.masks.step_masks`) and moves them into the
+  the step's rewards into masks (:func:`verl_isocompute.rules.masks.step_masks`) and moves them into the
   TransferQueue fields the actor workers train on: dropped rows lose their ``response_mask`` and
   ``loss_mask``; ``regularizers`` mode adds the KL / entropy mask; seq-mean aggregation gets the kept
   sequence count; every row gets an id so the loss can report which rows it saw;
 - checks before the update that every rollout was sampled with the trainer's current weights (the
-  version verl stamps on each trajectory, :mod:`verl_isocompute.training.weight_version`), and after it
+  version verl stamps on each trajectory, :mod:`verl_isocompute.rules.weight_version`), and after it
   that the workers trained on exactly those rows; logs the rate the update used as ``actor/lr`` (verl
   reports the rate of the *next* update; kept as ``actor/lr_next``);
 - keeps verl's policy for failed rollouts explicit: a group with a failed rollout is evicted and replaced
@@ -22,9 +22,9 @@ On top of ``PPOTrainerSync`` it:
   n_est of them under the decoupled baseline, evicted groups included) and generated tokens (of the
   groups that reached the update: a lower bound when groups were evicted);
 - computes validation avg@k / best@k / worst@k with the unbiased combinatorial estimators, a failed
-  validation sample counting as a wrong one (:mod:`verl_isocompute.training.metrics`), overall and per data
+  validation sample counting as a wrong one (:mod:`verl_isocompute.rules.metrics`), overall and per data
   source, with our reward also the rates that tell answer format from skill and per-problem counts in
-  ``validation_problems.jsonl`` (:mod:`verl_isocompute.training.format_metrics`), and the per-problem training
+  ``validation_problems.jsonl`` (:mod:`verl_isocompute.rules.format_metrics`), and the per-problem training
   pass-rate distribution of each epoch (the paper's interference diagnostic);
 - on a guided dataset (rows marked ``extra_info.guided``, docs/GUIDED.md), logs the training accuracy of
   guided and unguided rows apart, and per placement when both are in a step
@@ -54,8 +54,8 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_isocompute.guided import check as guided_check
-from verl_isocompute.guided import mixture as guided_mixture
-from verl_isocompute.guided import training_set as guided_training_set
+from verl_isocompute.training import guided_mixture
+from verl_isocompute.training import guided_training_set
 from verl_isocompute.guided.metrics import guided_metrics
 from verl_isocompute.runlog import (
     PREFIX_CHECK_TIMING,
@@ -65,8 +65,8 @@ from verl_isocompute.runlog import (
     ValidationProblemsWriter,
     metric_key,
 )
-from verl_isocompute.training import format_metrics
-from verl_isocompute.training import metrics as iso_metrics
+from verl_isocompute.rules import format_metrics
+from verl_isocompute.rules import metrics as iso_metrics
 from verl_isocompute.training.adaptive_trainer import AdaptiveTrainerMixin
 from verl_isocompute.training.advantage import estimator_context
 from verl_isocompute.training.attempts import MetricsHistory, missing_step_notice, start_attempt
@@ -76,9 +76,9 @@ from verl_isocompute.training.config import (
     lr_from_rule,
     regularizers_on,
 )
-from verl_isocompute.training.lr import VERL_WARMUP_SCHEDULE, lr_for_update
-from verl_isocompute.training.masks import StepMasks, accuracy, check_one_output_per_session, row_ids, step_masks
-from verl_isocompute.training.names import (
+from verl_isocompute.rules.lr import VERL_WARMUP_SCHEDULE, lr_for_update
+from verl_isocompute.rules.masks import StepMasks, accuracy, check_one_output_per_session, row_ids, step_masks
+from verl_isocompute.rules.names import (
     DECOUPLED_ESTIMATOR,
     OFF,
     REG_MASK_FIELD,
@@ -89,9 +89,9 @@ from verl_isocompute.training.names import (
 )
 from verl_isocompute.training.on_policy import unapplied_reuse_notice
 from verl_isocompute.training.probes import check_probes, log_regularisers, probe_values
-from verl_isocompute.training.progress import PhaseAnnouncer
+from verl_isocompute.rules.progress import PhaseAnnouncer
 from verl_isocompute.training.run_log_writer import PREFIX_CHECKED, ComputeCounter, RunLogWriterMixin
-from verl_isocompute.training.weight_version import check_rollout_versions
+from verl_isocompute.rules.weight_version import check_rollout_versions
 
 
 @register_trainer(TRAINER)

@@ -13,7 +13,7 @@ sampling as curation, :mod:`verl_isocompute.workflow.rollouts`):
    are skipped with the reason;
 2. every rung's guided prompt is built and measured as training will: ``user`` placement -> the chat template
    over :func:`verl_isocompute.guided.placement.user_turn`'s messages; ``assistant`` -> the unguided prompt's ids
-   + the prefix's ids (:func:`verl_isocompute.guided.agent_loop.continuation_prompt_ids`, the training agent
+   + the prefix's ids (:func:`verl_isocompute.training.guided_agent_loop.continuation_prompt_ids`, the training agent
    loop's function). The recipe is composed as a guided run of it (``isocompute.guided.enable=true``), so
    ``data.max_prompt_length`` is the one a guided run uses (the CPU overlay's is longer then). A rung fits
    only if verl's ``filter_overlong_prompts`` would keep its row
@@ -178,7 +178,7 @@ def prefix_search(settings: PrefixSearchConfig, log: Callable[[str], None] = _st
     frame, screened = screen(load_parquet(settings.data), check_answers=settings.check_answers)
     solutions = None
     if settings.traces:
-        from verl_isocompute.guided.mixture import trace_solutions
+        from verl_isocompute.training.guided_mixture import trace_solutions
         from verl_isocompute.guided.traces import TracesError
 
         try:
@@ -237,7 +237,7 @@ def guided_prompts(problems: list[Problem], sampler, placement: str) -> dict[tup
     """The guided prompt ids of every rung, as training sends them; a ladder ends at its first rung whose row
     verl's filter would drop (a problem with none left is skipped as ``prompt_too_long``, with the length of
     its shortest guided prompt in ``too_long_by``)."""
-    from verl_isocompute.guided.agent_loop import continuation_prompt_ids
+    from verl_isocompute.training.guided_agent_loop import continuation_prompt_ids
     from verl_isocompute.guided.lengths import filter_length, render
 
     limit = sampler.prompt_length

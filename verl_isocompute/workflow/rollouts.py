@@ -14,7 +14,7 @@ difficulty is measured under exactly the prompts and sampling of training.
 
 Each response is decoded (special tokens skipped, as verl's reward managers do) and scored by the
 recipe's reward function (``reward.custom_reward_function``, loaded with verl's own loader); a sample is
-correct by the rule training uses (:func:`verl_isocompute.training.metrics.is_correct`): when the reward's
+correct by the rule training uses (:func:`verl_isocompute.rules.metrics.is_correct`): when the reward's
 ``acc`` is true, or, for a reward that does not give one, when the score exceeds 0.5. Problems are processed with at most ``concurrency`` in flight; each is handed to a callback
 as soon as its k scores are in (the cache appends it), so an interruption loses only the ones in flight.
 Ray and the replicas are started once (:func:`running`) for any number of batches: curation samples one,
@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl_isocompute.training.metrics import is_correct
+from verl_isocompute.rules.metrics import is_correct
 
 
 def _ray_init(cfg: DictConfig, address: str | None) -> None:
@@ -56,7 +56,7 @@ def _ray_init(cfg: DictConfig, address: str | None) -> None:
 
 def correct(result: Any) -> tuple[bool, Any]:
     """(is the sample correct, the extracted answer if the reward reports one) from a reward's return value,
-    by the rule training uses (:func:`verl_isocompute.training.metrics.is_correct`)."""
+    by the rule training uses (:func:`verl_isocompute.rules.metrics.is_correct`)."""
     if isinstance(result, dict):
         return is_correct(result.get("score", 0.0), result.get("acc")), result.get("pred")
     return is_correct(result), None
@@ -92,7 +92,7 @@ class KSampler:
         self.chat_kwargs = OmegaConf.to_container(chat_kwargs, resolve=True) if chat_kwargs else {}
         self.reward_fn = get_custom_reward_fn(cfg)
         if self.reward_fn is None:
-            from verl_isocompute.training.reward import compute_score
+            from verl_isocompute.rules.reward import compute_score
 
             self.reward_fn = compute_score
         self.replicas: list[Any] = []

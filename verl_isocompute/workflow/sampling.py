@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from verl_isocompute.training import answers
+from verl_isocompute.rules import answers
 
 
 def model_overrides(model: str | None) -> list[str]:
@@ -55,7 +55,7 @@ def sampling_identity(cfg, k: int) -> dict[str, Any]:
         "model": str(cfg.actor_rollout_ref.model.path), "rollout": str(rollout.name), "k": k,
         "temperature": float(rollout.temperature), "top_p": float(rollout.top_p), "top_k": int(rollout.top_k),
         "max_response_length": int(rollout.response_length),
-        "reward": f"{reward.get('path')}:{reward.get('name')}" if reward.get("path") else "verl_isocompute.training.reward:compute_score",
+        "reward": f"{reward.get('path')}:{reward.get('name')}" if reward.get("path") else "verl_isocompute.rules.reward:compute_score",
         # how our reward grades (isocompute.reward.answer): samples scored under another grading are not comparable
         "reward_answer": str((reward.get("reward_kwargs") or {}).get("answer") or answers.AUTO),
     }

@@ -18,7 +18,7 @@ never transformed, and one holding guided rows is refused (:func:`check_validati
 ``isocompute.guided.spend`` lists the spend files (or their directories) of the guided data the run trains
 on (:mod:`verl_isocompute.guided.spend`): rollouts spent before training on curation, rejection sampling
 and the prefix search, counted on the training problems only, which the run log adds to C for PrefixRL's
-comparison (arXiv 2601.18795). What else is checked before training: :mod:`verl_isocompute.guided.training_set`.
+comparison (arXiv 2601.18795). What else is checked before training: :mod:`verl_isocompute.training.guided_training_set`.
 """
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ def spend_locations(block: dict) -> list[str]:
 
 def guidance_spend(cfg, problems=None) -> dict[str, spend.Spend]:
     """Per-stage rollouts and tokens spent before training on the guided data (``isocompute.guided.spend``);
-    with ``problems`` (problem ids: :func:`verl_isocompute.guided.training_set.training_problems`), only the spend
+    with ``problems`` (problem ids: :func:`verl_isocompute.training.guided_training_set.training_problems`), only the spend
     on those problems.
 
     Raises ValueError naming a listed location that holds no spend file (or no per-problem spend)."""

@@ -1,6 +1,6 @@
 """Is a final answer the number asked for? The literal grader and the diagnostics that tell format from skill.
 
-Pure: the standard library only. The reward (:mod:`verl_isocompute.training.reward`) extracts the final
+Pure: the standard library only. The reward (:mod:`verl_isocompute.rules.reward`) extracts the final
 answer; this module judges it.
 
 Two ways to grade (``isocompute.reward.answer``, one function reads it: :func:`answer_mode`):

@@ -1,7 +1,7 @@
 """Per-step n in a run: the anytime n schedule and per-prompt n, as the isocompute trainer applies them.
 
 Two features, each off by default, share this bookkeeping (``isocompute.schedule``, ``isocompute.per_prompt_n``;
-the rules themselves are :mod:`verl_isocompute.scaling.schedule` and :mod:`verl_isocompute.training.per_prompt_n`):
+the rules themselves are :mod:`verl_isocompute.scaling.schedule` and :mod:`verl_isocompute.scaling.per_prompt_n`):
 
 - **the n schedule** decides, before each step, n_t = n*(c_t) on the sweep's grid (with a hysteresis), the
   step's peak learning rate at B_t = b_problem * n_t, and whether the budget pays for a step after this one
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from verl_isocompute.scaling.schedule import NSchedule, ScheduleError, StepPlan
-from verl_isocompute.training.per_prompt_n import (
+from verl_isocompute.scaling.per_prompt_n import (
     PassRate,
     PassRateTracker,
     PerPromptNError,
@@ -125,7 +125,7 @@ class AdaptiveN:
     def assign(self, uids: Sequence[str], prompt_ids: Sequence[str], extra_infos: Sequence[Any],
                budget: int | None = None) -> list[int]:
         """n_i for prompts about to be sent: ``budget`` rollouts in all (default len(uids) * n), split by
-        :func:`~verl_isocompute.training.per_prompt_n.allocate_rollouts` when per-prompt n is on, else n each."""
+        :func:`~verl_isocompute.scaling.per_prompt_n.allocate_rollouts` when per-prompt n is on, else n each."""
         count = len(uids)
         budget = count * self.n if budget is None else int(budget)
         if self.per_prompt is None:

@@ -45,7 +45,7 @@ def training_problems(cfg) -> set[str] | None:
     """The problem ids of ``data.train_files`` (None for remote files, or when no spend file is listed: nothing
     to restrict): ``extra_info.problem_id`` where the guided mixture wrote it (a guided copy's prompt is not its
     problem's), else the row's own id."""
-    from verl_isocompute.guided.mixture import guided_block, spend_locations
+    from verl_isocompute.training.guided_mixture import guided_block, spend_locations
 
     paths = _local_train_files(cfg)
     if paths is None or not spend_locations(guided_block(cfg)):
@@ -66,7 +66,7 @@ def check_guided_lengths(cfg) -> None:
     from omegaconf import OmegaConf
 
     from verl_isocompute.guided.lengths import overlong
-    from verl_isocompute.guided.mixture import guided_rows
+    from verl_isocompute.training.guided_mixture import guided_rows
 
     paths = _local_train_files(cfg)
     if paths is None or not any(guided_rows(p) for p in paths):

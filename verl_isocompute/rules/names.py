@@ -23,7 +23,7 @@ DATA_SOURCES = ("arithmetic", "worked")  # generated sets of isocompute.data.sou
 ROLLOUT_NAME = "hf"
 
 # The agent loop of the assistant placement (``agent_name`` column), registered by
-# :mod:`verl_isocompute.guided.agent_loop`.
+# :mod:`verl_isocompute.training.guided_agent_loop`.
 PREFIX_AGENT = "isocompute_prefix_continuation"
 
 # Zero-variance filter modes (``isocompute.zero_variance.mode``, arXiv 2603.12151 section 2).

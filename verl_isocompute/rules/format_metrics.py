@@ -2,7 +2,7 @@
 
 A rise in the reward can be the model learning the answer format (a box, "The answer is ...") or learning
 the task. Four rates over all validation samples tell them apart (each sample's flags come from the reward,
-:func:`verl_isocompute.training.answers.diagnostics`):
+:func:`verl_isocompute.rules.answers.diagnostics`):
 
 * ``strict_acc``   the reward's accuracy: the right answer in the answer form;
 * ``answer_rate``  a final answer was found at all (box, answer marker, or the response is one number);
@@ -42,7 +42,7 @@ def format_metrics(samples: pd.DataFrame, prefix: str = "val") -> dict[str, floa
     """The four rates over all samples and per data source (``f"{prefix}/{rate}"``, ``.../<data_source>``).
 
     ``samples``: one row per validation sample (failed ones included) with ``data_source`` and the flag
-    columns of :data:`FLAGS` (:func:`verl_isocompute.training.metrics.validation_samples`)."""
+    columns of :data:`FLAGS` (:func:`verl_isocompute.rules.metrics.validation_samples`)."""
     flags = _flags(samples)
     metrics = {f"{prefix}/{FLAGS[flag]}": float(flags[flag].mean()) for flag in FLAGS}
     for source, frame in flags.groupby(samples["data_source"], sort=True):

@@ -27,7 +27,7 @@ from verl.experimental.agent_loop.agent_loop import register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
 from verl_isocompute.guided.check import prefix_token_ids
-from verl_isocompute.training.names import PREFIX_AGENT
+from verl_isocompute.rules.names import PREFIX_AGENT
 
 
 def continuation_prompt_ids(prompt_ids: list[int], prefix: str, tokenizer, prefix_ids=None) -> list[int]:

@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from verl_isocompute.training.metrics import is_correct
-from verl_isocompute.training.names import GROUPS, REGULARIZERS, ZERO_VARIANCE_MODES
+from verl_isocompute.rules.metrics import is_correct
+from verl_isocompute.rules.names import GROUPS, REGULARIZERS, ZERO_VARIANCE_MODES
 
 
 def group_codes(uids: Any) -> np.ndarray:
@@ -63,7 +63,7 @@ def real_rows(real: Any, size: int) -> np.ndarray:
 
 
 def accuracy(extra_fields: Iterable[Any], scores: Iterable[float]) -> np.ndarray:
-    """Binary accuracy per rollout (:func:`verl_isocompute.training.metrics.is_correct`: the reward's ``acc``
+    """Binary accuracy per rollout (:func:`verl_isocompute.rules.metrics.is_correct`: the reward's ``acc``
     in verl's ``reward_extra_info`` when it gives one, else score > 0.5). Variance is judged on this, never
     on a shaped score: a group whose scores differ only by a format bonus is still all-correct or all-wrong
     and carries no learning signal."""

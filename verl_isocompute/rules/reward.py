@@ -4,10 +4,10 @@ The IsoCompute recipe (arXiv 2603.12151, section 2) rewards a rollout 1 if its f
 mathematically equal to the reference and 0 otherwise, as judged by a math answer verifier (math-verify).
 Use it as verl's custom reward::
 
-    reward.custom_reward_function.path=pkg://verl_isocompute.training.reward
+    reward.custom_reward_function.path=pkg://verl_isocompute.rules.reward
     reward.custom_reward_function.name=compute_score
 
-On our generated arithmetic the answer must be the number itself instead (:mod:`verl_isocompute.training.answers`).
+On our generated arithmetic the answer must be the number itself instead (:mod:`verl_isocompute.rules.answers`).
 
 Extraction: what reaches the verifier. Only the answer expression is verified against the ground truth;
 no reasoning text reaches sympy (math-verify pulls numbers out of prose: handed "7 but I made an error,
@@ -66,7 +66,7 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
-from verl_isocompute.training import answers
+from verl_isocompute.rules import answers
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ def worker_env() -> dict[str, str]:
 class _Worker:
     def __init__(self) -> None:
         parent_end, child_end = socket.socketpair()
-        code = "import sys; from verl_isocompute.training.reward import _serve; _serve(int(sys.argv[1]))"
+        code = "import sys; from verl_isocompute.rules.reward import _serve; _serve(int(sys.argv[1]))"
         self.proc = subprocess.Popen(
             [sys.executable, "-c", code, str(child_end.fileno())],
             pass_fds=(child_end.fileno(),),
@@ -249,7 +249,7 @@ class _Worker:
             self.kill()
             raise RuntimeError(
                 f"math-verify worker failed to start ({err}); check that `{sys.executable} -c "
-                "'import verl_isocompute.training.reward, math_verify'` works"
+                "'import verl_isocompute.rules.reward, math_verify'` works"
             ) from err
 
     def check(self, gold: str, pred: str, timeout: float) -> bool | None:
@@ -386,9 +386,9 @@ def compute_score(
 
     verl calls it as ``fn(data_source=, solution_str=, ground_truth=, extra_info=, **reward_kwargs)`` from a
     thread pool; ``timeout_seconds`` (default :data:`TIMEOUT_SECONDS`) and ``answer`` (``isocompute.reward.answer``:
-    :func:`verl_isocompute.training.answers.answer_mode`) come from ``reward_kwargs``; other keywords are ignored.
+    :func:`verl_isocompute.rules.answers.answer_mode`) come from ``reward_kwargs``; other keywords are ignored.
     Returns ``score``, ``acc``, ``pred`` (the extracted answer, "" if none: the keys of verl's DAPO math reward)
-    and the format diagnostics of :func:`verl_isocompute.training.answers.diagnostics`.
+    and the format diagnostics of :func:`verl_isocompute.rules.answers.diagnostics`.
     """
     pred, gold = extract_answer(solution_str or ""), _normalise_ground_truth(ground_truth)
     if answers.answer_mode(answer, data_source) == answers.LITERAL:
