@@ -40,8 +40,8 @@ SNIPPETS = snippets()
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory, tiny_model_path, isocompute_cache) -> tuple[Path, dict[str, str]]:
     """A working directory with what the snippets name: a synthetic Easy sweep (runs/easy_sweep, runs/synthetic)
-    and its fits (fits/easy, fits/synthetic), the repository's tests/ (its fixtures), and the placeholders'
-    model and data."""
+    and its fits (fits/easy, fits/synthetic), the repository's tests/ (its fixtures) and benchmarks/, and the
+    placeholders' model and data."""
     from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
     from verl_isocompute.scaling import load_curve
     from verl_isocompute.scaling.pipeline import FitConfig, run_fit
@@ -54,6 +54,7 @@ def sandbox(tmp_path_factory, tiny_model_path, isocompute_cache) -> tuple[Path, 
     run_fit([root / "runs" / "easy_sweep"], root / "fits" / "easy", FitConfig(bootstrap=0))
     run_fit([root / "runs" / "synthetic"], root / "fits" / "synthetic", FitConfig())  # as ALLOCATION.md's example
     (root / "tests").symlink_to(ROOT / "tests")  # committed fixtures, named from the repository's root
+    (root / "benchmarks").symlink_to(ROOT / "benchmarks")  # scripts whose figures the docs quote
     train, val = write_arithmetic_dataset(isocompute_cache / "docs-data", ArithmeticConfig(train_size=64, val_size=8))
     return root, {"M": str(tiny_model_path), "T": str(train), "V": str(val)}
 
@@ -105,7 +106,8 @@ def _run(command: Command, values: dict[str, str], resolve: bool) -> _Result:
         if result.code == 0:
             yaml.safe_load(result.out.split("\n", 1)[1] if result.out.startswith("[isocompute]") else result.out)
         return _Result(result.code, result.out, result.err)
-    if argv[:2] in (["python", "-c"], ["python3", "-c"]):
+    # python -c, or one of the repository's scripts (a benchmark's fast figures), in this interpreter
+    if argv[0] in ("python", "python3") and len(argv) > 1 and (argv[1] == "-c" or argv[1].startswith(("benchmarks/", "tests/"))):
         proc = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, env={**os.environ, **command.env})
         return _Result(proc.returncode, proc.stdout, proc.stderr)
     raise AssertionError(f"{command.text}: not runnable by this test; mark the snippet `parse REASON` or e2e")
