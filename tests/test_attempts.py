@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 from verl.utils.tracking import FileLogger
 
-from verl_isocompute.runlog import RUN_LOG, VAL_PROBLEMS, VERL_METRICS, ValidationProblemsWriter, read_run_log
+from verl_isocompute.runlog import RUN_LOG, TRAIN_PROBLEMS, VAL_PROBLEMS, VERL_METRICS, ProblemRecordsWriter, read_run_log
 from verl_isocompute.scaling.run_logs import load_runs
 from verl_isocompute.training import attempts
 
@@ -54,6 +54,7 @@ def test_a_new_run_moves_the_previous_runs_records_aside(tmp_path, metrics_path,
     (run_dir / "validation").mkdir()
     (run_dir / "validation" / "7.jsonl").write_text("{}\n")
     (run_dir / VAL_PROBLEMS).write_text('{"step": 0}\n')
+    (run_dir / TRAIN_PROBLEMS).write_text('{"step": 1}\n')
     (run_dir / "checkpoints" / "global_step_7").mkdir(parents=True)
     (run_dir / "data.parquet").write_text("not a record")  # anything else stays
     now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
@@ -62,6 +63,7 @@ def test_a_new_run_moves_the_previous_runs_records_aside(tmp_path, metrics_path,
     dest = run_dir / "previous" / "20260102T030405Z"
     assert read_run_log(dest / RUN_LOG).header == {"n": 99}
     assert (dest / VERL_METRICS).is_file() and (dest / "validation" / "7.jsonl").is_file() and (dest / VAL_PROBLEMS).is_file()
+    assert (dest / TRAIN_PROBLEMS).is_file()
     assert (dest / "checkpoints" / "global_step_7").is_dir()
     assert sorted(p.name for p in run_dir.iterdir()) == ["data.parquet", "previous"]
 
@@ -77,7 +79,7 @@ def test_a_new_run_in_an_empty_or_foreign_directory_moves_nothing(tmp_path, caps
     run_dir.mkdir()
     assert attempts.move_previous_run(run_dir, attempts.run_files(_config(run_dir), run_dir)) is None
     elsewhere = _config(run_dir, default_local_dir=str(tmp_path / "ckpt"), validation_data_dir=str(run_dir))
-    assert attempts.run_files(elsewhere, run_dir) == [run_dir / RUN_LOG, run_dir / VAL_PROBLEMS]  # only what lies inside the run dir
+    assert attempts.run_files(elsewhere, run_dir) == [run_dir / RUN_LOG, run_dir / VAL_PROBLEMS, run_dir / TRAIN_PROBLEMS]  # only what lies inside the run dir
     attempts.start_attempt(_config(run_dir), run_dir, resumed_step=0)
     assert capsys.readouterr().out == ""
 
@@ -135,7 +137,7 @@ def test_a_resume_whose_checkpoint_step_was_never_logged_says_so():
 
 
 def test_a_resume_keeps_the_per_problem_validations_up_to_the_checkpoint(tmp_path):
-    writer = ValidationProblemsWriter(tmp_path)
+    writer = ProblemRecordsWriter(tmp_path)
     writer.append([{"step": 0, "problem": "1"}, {"step": 0, "problem": "2"}])
     writer.append([{"step": 2, "problem": "1"}])
     writer.append([{"step": 4, "problem": "1"}])

@@ -198,6 +198,28 @@ def test_progress_markers_name_every_phase(cpu_run):
     assert [p.step for p in phases if p.name == progress.VALIDATION] == list(range(STEPS + 1))
 
 
+def test_train_problems_name_each_steps_problems_and_the_header_when_the_run_ran(cpu_run):
+    """train_problems.jsonl: every step's B_problem groups, each a distinct problem of this one-epoch run with its n
+    rollouts; the counts are the step's training accuracy; and each label is its group's own problem: the test
+    reward pays nothing on even-index problems, so their records must have no correct rollout. The header's
+    started_at / ended_at are UTC times in order."""
+    from datetime import datetime
+
+    records = [json.loads(line) for line in (cpu_run.run_dir / "train_problems.jsonl").read_text().splitlines()]
+    header, rows = cpu_run.run_log[0]["header"], [r for r in cpu_run.run_log[1:] if r["step"] > 0]
+    assert sorted({r["step"] for r in records}) == [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    for row in rows:
+        step = [r for r in records if r["step"] == row["step"]]
+        assert len(step) == B_PROBLEM and {r["k"] for r in step} == {N}
+        assert sum(r["correct"] for r in step) / sum(r["k"] for r in step) == pytest.approx(row["isocompute/train_acc"])
+    problems = [r["problem"] for r in records]
+    assert all(isinstance(p, str) and p.isdigit() for p in problems) and len(set(problems)) == len(problems)
+    assert [r for r in records if int(r["problem"]) % 2 == 0 and r["correct"]] == []
+    assert any(r["correct"] for r in records if int(r["problem"]) % 2)  # the odd ones can pay: the check can fail
+    started, ended = (datetime.strptime(header[key], "%Y-%m-%dT%H:%M:%SZ") for key in ("started_at", "ended_at"))
+    assert started <= ended
+
+
 def test_run_directory_holds_the_run(cpu_run):
     run_dir = cpu_run.run_dir
     for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "verl_metrics.jsonl", "validation/0.jsonl", f"validation/{STEPS}.jsonl"):

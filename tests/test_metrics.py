@@ -263,3 +263,18 @@ def test_describe_change_two_se_is_the_line():
 def test_paired_change_needs_shared_problems():
     with pytest.raises(ValueError, match="share no problem"):
         metrics.paired_change({"a": 1.0}, {"b": 0.0})
+
+
+def test_step_problem_counts_groups_by_uid_in_order_and_leaves_padding_out():
+    uids = ["b", "b", "a", "a", "a", "c"]
+    acc = [1, 0, 1, 1, 0, 1]
+    real = [True, True, True, True, False, True]  # a padding row of group a: not a rollout
+    labels = ["7", "7", "3", "3", "3", ""]
+    assert metrics.step_problem_counts(uids, acc, real, labels) == [
+        {"problem": "7", "k": 2, "correct": 1},
+        {"problem": "3", "k": 2, "correct": 2},
+        {"problem": None, "k": 1, "correct": 1},  # rows without a label: no problem named
+    ]
+    assert [r["problem"] for r in metrics.step_problem_counts(uids, acc, real, None)] == [None, None, None]
+    with pytest.raises(ValueError, match="5 labels for 6 rows"):
+        metrics.step_problem_counts(uids, acc, real, labels[:5])

@@ -93,3 +93,28 @@ def test_verl_lines_and_training_steps_are_told_apart_once():
     assert verl_line({"step": 0, "data": {"val/avg@4": 0.1}}) == (0, {"val/avg@4": 0.1})
     assert verl_line({"step": 3, "rollouts": 12}) is None and verl_line([1, 2]) is None
     assert not is_training_step({"val/avg@4": 0.1}) and is_training_step({STEP_TIMING: 2.5})
+
+
+def test_update_header_adds_fields_and_keeps_every_row(tmp_path):
+    import re
+
+    log = RunLogWriter(tmp_path)
+    log.update_header(ended_at="x")  # no log yet: nothing to add to, nothing written
+    assert not (tmp_path / RUN_LOG).exists()
+    log.write_header({"n": 4, "started_at": runlog.utc_now()})
+    log.append(_row(1, rollouts=8))
+    log.update_header(ended_at=runlog.utc_now())
+    parsed = read_run_log(tmp_path / RUN_LOG)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", parsed.header["ended_at"])
+    assert parsed.header["n"] == 4 and parsed.header["started_at"] <= parsed.header["ended_at"]
+    assert [r["rollouts"] for _, r in parsed.rows] == [8]
+
+
+def test_train_problem_records_are_kept_up_to_the_resumed_step(tmp_path):
+    writer = runlog.ProblemRecordsWriter(tmp_path, runlog.TRAIN_PROBLEMS)
+    for step in (1, 2, 3):
+        writer.append([{"step": step, "problem": str(step), "k": 4, "correct": 1}])
+    writer.resume(2)  # steps 3+ are trained again after a resume from step 2
+    writer.append([{"step": 3, "problem": "9", "k": 4, "correct": 0}])
+    lines = [json.loads(line) for line in (tmp_path / runlog.TRAIN_PROBLEMS).read_text().splitlines()]
+    assert [(r["step"], r["problem"]) for r in lines] == [(1, "1"), (2, "2"), (3, "9")]

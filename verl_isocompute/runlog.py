@@ -4,7 +4,9 @@ Every run of our recipes writes ``<run dir>/isocompute.jsonl``: JSON lines, one 
 
 - The first line is ``{"header": {...}}``: what the run is (recipe, model, dataset size D, n,
   b_problem, n_train, B_max, estimator, zero-variance mode, lr, warm-up, validation k, planned steps,
-  verl and package versions). Readers treat every header key as optional.
+  verl and package versions) and when: ``started_at`` (the trainer's start; a run resumed from a checkpoint
+  keeps its first) and ``ended_at`` (written when training ends; absent while a run trains or after a crash),
+  both ISO 8601 in UTC (:func:`utc_now`). Readers treat every header key as optional.
 - Then one row per training step, in order. Every row carries :data:`ROW_KEYS`: ``step``, ``n``,
   ``b_problem``, ``rollouts`` (cumulative sampling compute C in rollouts), ``tokens`` (cumulative
   generated tokens) and ``epoch`` (steps * b_problem / D). Training rows add ``lr`` (the rate that
@@ -30,6 +32,10 @@ Next to it, ``<run dir>/validation_problems.jsonl`` (:data:`VAL_PROBLEMS`) holds
 validation: ``step``, ``data_source``, ``problem`` (``extra_info.problem_id`` or ``index``), ``k`` and how many of
 the k samples were correct, answered, echoes of the question and leniently correct
 (:mod:`verl_isocompute.rules.format_metrics`), so a before/after comparison can be paired and re-computed.
+``<run dir>/train_problems.jsonl`` (:data:`TRAIN_PROBLEMS`) does the same for training: one line per problem
+and step, ``step``, ``problem`` (the same label; null when the rows carry neither) and the step's ``k``
+rollouts of it and how many were ``correct``, so which problems a run trained on, and how often each, can be
+checked from files (e.g. that a one-epoch run saw every problem once).
 
 The writer (:class:`RunLogWriter`) appends a line per step and, when a run resumes from a checkpoint,
 atomically rewrites the file without the rows past the resumed step. Reading and appending follow the
@@ -43,6 +49,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +59,7 @@ RUN_LOG = "isocompute.jsonl"
 # What else a run directory of ours holds (written by verl, named by us).
 VERL_METRICS = "verl_metrics.jsonl"  # verl's file logger (VERL_FILE_LOGGER_PATH)
 VAL_PROBLEMS = "validation_problems.jsonl"  # per-problem validation counts (module docstring)
+TRAIN_PROBLEMS = "train_problems.jsonl"  # per-problem counts of each training step (module docstring)
 CONSOLE_LOG = "verl.log"  # the run's console output, where a wrapper (demo, sweep) captures it
 
 ROW_KEYS = ("step", "n", "b_problem", "rollouts", "tokens", "epoch")
@@ -73,6 +81,11 @@ DEFAULT_METRIC = f"{VAL_PREFIX}/avg@4"
 STEP_TIMING = "timing_s/step"
 # The trainer times its run-time prefix check (guided runs) beside verl's phases.
 PREFIX_CHECK_TIMING = "timing_s/isocompute_prefix_check"
+
+
+def utc_now() -> str:
+    """Now, as the run log's header records times: ISO 8601 in UTC to the second (``2026-12-02T01:30:00Z``)."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def metric_key(name: str) -> str:
@@ -166,6 +179,12 @@ class RunLogWriter:
             return
         self._append({HEADER: header})
 
+    def update_header(self, **fields: Any) -> None:
+        """Add ``fields`` to the header of a log that has one (an atomic rewrite: a run log is small)."""
+        log = self.read()
+        if log.header:
+            write_jsonl(self.path, [{HEADER: {**log.header, **fields}}] + [r for _, r in log.rows])
+
     def append(self, row: dict[str, Any]) -> None:
         check_row(row)
         self._append(row)
@@ -194,15 +213,16 @@ def write_run_log(run_dir: str | os.PathLike, header: dict[str, Any], rows: list
     return write_jsonl(Path(run_dir) / RUN_LOG, [{HEADER: header}, *rows])
 
 
-class ValidationProblemsWriter:
-    """Appends per-problem validation records to ``<run dir>/validation_problems.jsonl``."""
+class ProblemRecordsWriter:
+    """Appends per-problem records of a step to ``<run dir>/<name>`` (:data:`VAL_PROBLEMS` by default, or
+    :data:`TRAIN_PROBLEMS`): each record carries its ``step``."""
 
-    def __init__(self, run_dir: str | os.PathLike) -> None:
-        self.path = Path(run_dir) / VAL_PROBLEMS
+    def __init__(self, run_dir: str | os.PathLike, name: str = VAL_PROBLEMS) -> None:
+        self.path = Path(run_dir) / name
 
     def append(self, records: list[dict[str, Any]]) -> None:
-        """Add one validation's records; an earlier validation of the same step is replaced (a run resumed from
-        step N validates step N again before training)."""
+        """Add one step's records; earlier records of the same step are replaced (a run resumed from step N
+        validates step N again before training)."""
         steps = {r.get("step") for r in records}
         if self.path.is_file():
             old = read_jsonl(self.path).dicts()
@@ -212,9 +232,10 @@ class ValidationProblemsWriter:
             out.append(*records)
 
     def resume(self, step: int) -> None:
-        """Keep the records of validations up to ``step`` (a resumed run validates the later steps again)."""
+        """Keep the records of steps up to ``step`` (a resumed run produces the later steps again)."""
         if self.path.is_file():
             read = read_jsonl(self.path)
             kept = [r for r in read.dicts() if r.get("step", 0) <= step]
             if len(kept) != len(read.values) or read.cut_last_line:
                 write_jsonl(self.path, kept)
+

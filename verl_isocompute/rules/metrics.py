@@ -42,7 +42,7 @@ change within two standard errors is not evidence of anything (:func:`describe_c
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -292,7 +292,10 @@ def pass_rate_histogram(samples: Samples, bins: int = 10) -> dict[str, Any]:
 
     The paper's interference diagnostic (section 6): under uniform progress the mass moves right together;
     under rich-get-richer, problems pile up at 0 and 1. Pass the samples of one epoch, one row per rollout
-    with columns ``uid`` (the problem: stable for the epoch, as verl's ``uid`` is) and ``acc`` (0/1).
+    with columns ``uid`` and ``acc`` (0/1). The trainer passes verl's ``uid``, a random id verl draws for each
+    prompt group of a step: it names a group, not a problem, so a problem sampled twice counts twice. Within one
+    epoch verl's loader draws each problem once, which makes groups and problems the same; which problem each
+    group was, step by step, is ``train_problems.jsonl`` (:func:`step_problem_counts`).
 
     Returns plain data: ``edges`` (bins + 1 fixed edges over [0, 1]; the last bin includes 1), ``counts``
     per bin, ``n_problems``, and the shares of problems never solved (``frac_zero``) and always solved
@@ -311,6 +314,25 @@ def pass_rate_histogram(samples: Samples, bins: int = 10) -> dict[str, Any]:
         "frac_zero": float(np.mean(rates == 0.0)) if n_problems else 0.0,
         "frac_one": float(np.mean(rates == 1.0)) if n_problems else 0.0,
     }
+
+
+def step_problem_counts(uids: Any, acc: Any, real: Any, labels: Sequence[str | None] | None) -> list[dict[str, Any]]:
+    """One training step's rollouts per problem, for ``train_problems.jsonl`` (:mod:`verl_isocompute.runlog`):
+    per prompt group (verl's ``uid``), in first-seen order, ``problem`` (the group's stable label,
+    :func:`verl_isocompute.rules.answers.problem_label` of its rows' ``extra_info``; None without one), ``k`` (its
+    real rollouts) and ``correct`` (how many of them were right). Padding rows are not rollouts and are left out."""
+    uids = np.asarray(uids, dtype=object).reshape(-1)
+    acc = np.asarray(acc, dtype=np.float64).reshape(-1)
+    real = np.asarray(real, dtype=bool).reshape(-1)
+    if labels is not None and len(labels) != uids.size:
+        raise ValueError(f"{len(labels)} labels for {uids.size} rows")
+    groups: dict[Any, dict[str, Any]] = {}
+    for i in np.flatnonzero(real):
+        label = labels[i] if labels is not None else None
+        group = groups.setdefault(uids[i], {"problem": label or None, "k": 0, "correct": 0})
+        group["k"] += 1
+        group["correct"] += int(acc[i] > 0.5)
+    return list(groups.values())
 
 
 # verl's per-step counts of prompt groups it sampled and then evicted from its replay buffer (summed over

@@ -36,7 +36,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from verl_isocompute.jsonl import read_jsonl
-from verl_isocompute.runlog import RUN_LOG, VAL_PROBLEMS, RunLogError, verl_line
+from verl_isocompute.runlog import RUN_LOG, TRAIN_PROBLEMS, VAL_PROBLEMS, RunLogError, verl_line
 
 PREVIOUS_DIR = "previous"  # <run_dir>/previous/<UTC time>/: the files of earlier runs in this directory
 ASIDE_SUFFIX = ".before-resume"  # verl's metrics file while a resumed run re-logs it
@@ -57,11 +57,11 @@ def file_logger_path(config) -> Path | None:
 
 
 def run_files(config, run_dir: Path) -> list[Path]:
-    """The paths a run writes inside ``run_dir``: the run log and its per-problem validation counts, verl's
+    """The paths a run writes inside ``run_dir``: the run log and its per-problem validation and training counts, verl's
     metrics file, the validation and rollout dumps and the checkpoint directory (each only if it lies inside
     ``run_dir``)."""
     run_dir = run_dir.absolute()
-    candidates = [run_dir / RUN_LOG, run_dir / VAL_PROBLEMS, file_logger_path(config)]
+    candidates = [run_dir / RUN_LOG, run_dir / VAL_PROBLEMS, run_dir / TRAIN_PROBLEMS, file_logger_path(config)]
     for key in ("trainer.validation_data_dir", "trainer.rollout_data_dir", "trainer.default_local_dir"):
         value = OmegaConf.select(config, key, default=None)
         candidates.append(Path(os.path.expanduser(str(value))).absolute() if value else None)

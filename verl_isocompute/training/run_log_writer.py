@@ -87,6 +87,7 @@ class RunLogWriterMixin:
             **self._mixture(),
             **adaptive_header(self.adaptive),  # the n schedule / per-prompt n settings, when on
             "total_training_steps": self.total_training_steps,
+            "started_at": self.started_at,
             "verl_version": version("verl"),
             "isocompute_version": version("verl-isocompute"),
         }

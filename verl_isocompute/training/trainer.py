@@ -32,8 +32,9 @@ On top of ``PPOTrainerSync`` it:
   prefix is prompt, never under a mask the loss reads (:mod:`verl_isocompute.guided.check`); applies
   ``isocompute.guided.enable`` when verl's main_ppo started the run; refuses validation files with guided rows;
   adds the guided data's spend files (``isocompute.guided.spend``) to C in the run log (``*_with_guidance``);
-- writes the run log ``<isocompute.run_dir>/isocompute.jsonl`` (:mod:`verl_isocompute.runlog`): a header,
-  then one row per step (a step-0 row carries the validation before training). A run resumed from a
+- writes the run log ``<isocompute.run_dir>/isocompute.jsonl`` (:mod:`verl_isocompute.runlog`): a header
+  (``started_at``, ``ended_at``), one row per step (step 0: the validation before training), and beside it
+  ``train_problems.jsonl`` (each step's problems, rollouts and correct answers). A run resumed from a
   checkpoint continues C and tokens from the log and drops rows past the resumed step; verl's metrics file
   keeps its rows up to that step too; a new run (no checkpoint loaded) in a directory another run wrote
   to moves that run's files aside first (:mod:`verl_isocompute.training.attempts`).
@@ -54,18 +55,20 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_isocompute.guided import check as guided_check
-from verl_isocompute.training import guided_mixture
-from verl_isocompute.training import guided_training_set
+from verl_isocompute.training import guided_mixture, guided_training_set
 from verl_isocompute.guided.metrics import guided_metrics
 from verl_isocompute.runlog import (
     PREFIX_CHECK_TIMING,
+    TRAIN_PROBLEMS,
     VAL_PREFIX,
     VERL_METRICS,
+    ProblemRecordsWriter,
     RunLogWriter,
-    ValidationProblemsWriter,
     metric_key,
+    utc_now,
 )
 from verl_isocompute.rules import format_metrics
+from verl_isocompute.rules.answers import problem_label
 from verl_isocompute.rules import metrics as iso_metrics
 from verl_isocompute.training.adaptive_trainer import AdaptiveTrainerMixin
 from verl_isocompute.training.advantage import estimator_context
@@ -112,11 +115,14 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunLogWriterMixin, PhaseAnnouncer,
         # <root>/<project>/<experiment>.jsonl); our entry point sets it in the driver, verl's main_ppo does not.
         if "VERL_FILE_LOGGER_ROOT" not in os.environ:
             os.environ.setdefault("VERL_FILE_LOGGER_PATH", str(run_dir / VERL_METRICS))
+        self.started_at = utc_now()  # the run log header's started_at (a resumed run keeps its first)
         self.run_log = RunLogWriter(run_dir)
-        self.val_problems = ValidationProblemsWriter(run_dir)
+        self.val_problems = ProblemRecordsWriter(run_dir)
+        self.train_problems = ProblemRecordsWriter(run_dir, TRAIN_PROBLEMS)
         self._prepare_guided(config)
         self.compute = ComputeCounter()
         self._step_info: dict = {}
+        self._step_problems: list[dict] = []
         self._expected_probes: dict = {}
         self._val_info: dict = {}
         self._epoch_samples: list[dict] = []
@@ -177,6 +183,7 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunLogWriterMixin, PhaseAnnouncer,
         self._metrics_history = start_attempt(self.config, self.run_log.path.parent, self.global_steps)
         last = self.run_log.resume(self.global_steps)
         self.val_problems.resume(self.global_steps)
+        self.train_problems.resume(self.global_steps)
         if notice := missing_step_notice(last, self.global_steps, self.b_problem * self.n):
             print(notice, flush=True)
         self.compute = ComputeCounter(last["rollouts"], last["tokens"]) if last else ComputeCounter()
@@ -215,6 +222,7 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunLogWriterMixin, PhaseAnnouncer,
 
         # Compute spent: every sampled rollout (all n_est under the decoupled baseline) and its tokens.
         self._step_info = {"rollouts": int(real.sum()), "tokens": int(loss_mask.sum(dim=-1)[torch.from_numpy(real)].sum())}
+        self._step_problems = iso_metrics.step_problem_counts(uids, acc, real, [problem_label(i) for i in infos] if infos else None)
         self._log_masks(masks, acc, uids, metrics)
         self._adaptive_observe(uids, acc, real, metrics)  # per-prompt n: pass rates, n_i, expected shares
 
@@ -362,6 +370,11 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunLogWriterMixin, PhaseAnnouncer,
         metrics[metric_key("n")], metrics[metric_key("b_problem")] = self.n, self.b_problem
         metrics.update({metric_key(key): value for key, value in self._with_guidance().items()})
 
+    def fit(self, agent_loop_manager):
+        """verl's training loop; its return is the run's planned end (a crash leaves no ``ended_at``)."""
+        super().fit(agent_loop_manager)
+        self.run_log.update_header(ended_at=utc_now())
+
     def step(self, metrics: dict, timing_raw: dict):
         """verl's step (rollout, advantages, update), then its compute charged to C before verl decides whether to
         save and validate: groups evicted in it may have spent the budget of an n schedule, which then makes this
@@ -381,6 +394,7 @@ class IsoComputeTrainer(AdaptiveTrainerMixin, RunLogWriterMixin, PhaseAnnouncer,
             row["train/pass_rate_hist"] = {**hist, "complete_epoch": end_of_epoch}
             self._epoch_samples = []
         self.run_log.append(row)
+        self.train_problems.append([{"step": global_steps, **record} for record in self._step_problems])
         self._val_info = {}
         if self.adaptive is not None:
             self._adaptive_step_end(global_steps)
