@@ -2,13 +2,15 @@
 rule's verdict on them, the fit's per-n curves and the comparison with intervals over seeds, recorded.
 
 ``tests/fixtures/nstar_cpu/cells/`` holds, for every run of ``isocompute sweep --plan run_examples/nstar_cpu.yaml``
-that the rule read (those both arms finished by the registered time), its run log (``isocompute.jsonl``) and its
-per-problem test-set validations (``validation_problems.jsonl``, before training and at the end);
+(seeds 0-4) and of registration 6's ``run_examples/nstar_cpu_r6.yaml`` (seeds 5-10) that the rule read (those both
+arms finished by the registered time), its run log (``isocompute.jsonl``), its per-problem test-set validations
+(``validation_problems.jsonl``, before training and at the end) and, for registration 6's runs, the problems each
+step trained on (``train_problems.jsonl``);
 ``expected.json`` the figures below as they were when the fixture was made. ``tests/test_nstar_sweep.py``
 recomputes them from the logs. To publish a sweep's runs and record (after an intended change of the fit, record
 only)::
 
-    python tests/nstar_sweep.py --publish runs/nstar_cpu   # copy the runs the rule reads, then record
+    python tests/nstar_sweep.py --publish runs/nstar_cpu_r6   # add the runs the rule reads, then record
     python tests/nstar_sweep.py                            # re-record from the committed logs
     python tests/nstar_sweep.py --report                   # the figures EVIDENCE.md quotes
 """
@@ -28,7 +30,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "nstar_cpu"
 EXPECTED = FIXTURE / "expected.json"
 PLAN = ROOT / "run_examples" / "nstar_cpu.yaml"
 BUDGET = 1024.0  # the registered rollouts per run
-FILES = ("isocompute.jsonl", "validation_problems.jsonl")
+FILES = ("isocompute.jsonl", "validation_problems.jsonl", "train_problems.jsonl")
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
@@ -40,7 +42,10 @@ def options():
 
 
 def publish(sweep_dir: Path) -> list[str]:
-    """Copy the runs the rule reads: every seed both arms have finished (run log up to the budget)."""
+    """Copy the runs the rule reads from a sweep directory into the fixture, beside the runs already there (each
+    registration's sweep has its own directory; a run of the same name is replaced): every seed both arms have
+    finished (run log up to the budget), with the files of :data:`FILES` it has (runs made before 0.2 have no
+    ``train_problems.jsonl``)."""
     import bench_learning
 
     finished = {}
@@ -51,23 +56,28 @@ def publish(sweep_dir: Path) -> list[str]:
         if rows and rows[-1]["rollouts"] >= BUDGET:
             finished[cell.name] = cell
     seeds = {name.rsplit("-s", 1)[1] for name in finished}
-    both = sorted(s for s in seeds if all(f"b8_n{n}-s{s}" in finished for n in (2, 8)))
-    if (FIXTURE / "cells").exists():
-        shutil.rmtree(FIXTURE / "cells")
+    both = sorted(seeds & {s for s in seeds if all(f"b8_n{n}-s{s}" in finished for n in (2, 8))}, key=int)
     names = [f"b8_n{n}-s{s}" for s in both for n in (2, 8)]
     for name in names:
-        (FIXTURE / "cells" / name).mkdir(parents=True)
+        target = FIXTURE / "cells" / name
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
         for file in FILES:
-            shutil.copy2(finished[name] / file, FIXTURE / "cells" / name / file)
+            if (finished[name] / file).is_file():
+                shutil.copy2(finished[name] / file, target / file)
     return names
 
 
 def test_set() -> dict:
     """The registered secondary figures: each run's test-set strict and lenient accuracy before training and at
-    the end (4 samples a problem), and per n the mean change over seeds with its t interval."""
-    from evidence_rules import read_counts, t_interval
+    the end (4 samples a problem), and per n the mean change over seeds and problems. Every seed validates the
+    same 64 problems, so the interval counts both sources of noise (``seeds_by_problems_interval``: crossed random
+    effects, Satterthwaite degrees of freedom); the t interval over seeds alone, which takes the problems as fixed,
+    is kept beside it for comparison."""
+    from evidence_rules import read_counts, seeds_by_problems_interval, t_interval
 
-    runs, changes = {}, {}
+    runs, changes, tables = {}, {}, {}
     for cell in sorted((FIXTURE / "cells").iterdir()):
         counts = read_counts(cell)
         first, last = min(counts), max(counts)
@@ -78,7 +88,10 @@ def test_set() -> dict:
         runs[cell.name] = figures
         n = cell.name.split("_n", 1)[1].split("-s", 1)[0]
         changes.setdefault(n, []).append(figures["correct"]["change"])
-    return {"runs": runs, "strict_change_over_seeds": {n: t_interval(v) for n, v in sorted(changes.items())}}
+        problems = sorted(counts[first]["correct"])
+        tables.setdefault(n, []).append([counts[last]["correct"][q] - counts[first]["correct"][q] for q in problems])
+    return {"runs": runs, "strict_change_over_seeds": {n: t_interval(v) for n, v in sorted(changes.items())},
+            "strict_change_over_seeds_and_problems": {n: seeds_by_problems_interval(v) for n, v in sorted(tables.items())}}
 
 
 def figures(out_dir: Path | None = None) -> dict:
@@ -158,8 +171,11 @@ def report() -> str:
                      f"{row['reach_status']}, multiplier 95% {multiplier}, n* in {row['best_share']:.0%} of "
                      f"{row['resamples']} resamples")
     ts = saved["test_set"]
-    for n, x in ts["strict_change_over_seeds"].items():
-        lines.append(f"test set, n = {n}: strict accuracy change C = 0 -> {saved['budget']:.0f}: {_pm(x)}")
+    for n, x in ts["strict_change_over_seeds_and_problems"].items():
+        seeds_only = ts["strict_change_over_seeds"][n]
+        lines.append(f"test set, n = {n}: strict accuracy change C = 0 -> {saved['budget']:.0f}: {x['mean']:+.3f} "
+                     f"(SE {x['se']:.3f} over {x['seeds']} seeds x {x['problems']} problems; 95% t [{x['low']:+.3f}, "
+                     f"{x['high']:+.3f}], {x['df']:.1f} df; over seeds alone SE {seeds_only['se']:.3f})")
     return "\n".join(lines)
 
 
