@@ -16,9 +16,15 @@ libraries, only when those are installed (verl's ``verl-core`` extra installs bo
 * **wandb**: a run directory ``wandb/run-<date>-<id>/`` or ``wandb/offline-run-<date>-<id>/``. wandb
   0.10+ keeps a run's history only in its transaction log ``run-<id>.wandb``: records of wandb's own
   protobuf ``Record`` (``wandb.proto.wandb_internal_pb2``), framed as a LevelDB log (a 7-byte header
-  ``:W&B`` + magic + version, then 32 KiB blocks of chunks ``crc32c(4) length(2) type(1) data`` with type
-  full / first / middle / last; wandb-core's ``store`` package). The history rows, the run's name and
-  its config are read from it; a last record cut off by a kill is skipped. Older wandb wrote
+  ``:W&B`` + magic ``0xBEE1`` + version 0, then 32 KiB blocks of chunks ``crc(4) length(2) type(1) data`` with
+  type full / first / middle / last; wandb-core's ``store`` package writes the crc as CRC-32 (IEEE, zlib's) of
+  the type byte and the data, where LevelDB itself uses CRC-32C). The history rows, the run's name and its
+  config are read from it. Every check the format allows is made, as wandb's own reader makes them: each
+  chunk's checksum, a chunk never crossing its 32 KiB block, first / middle / last chunks in order. Only a
+  file that ends inside its last chunk is a write cut by a kill: that record is skipped and said so. Any
+  other failed check is damage inside the file, which would otherwise read as an early end (a damaged length)
+  or as wrong values (a damaged byte of a number): an error naming the file, the byte and the records read
+  before it. Older wandb wrote
   ``files/wandb-history.jsonl`` (one JSON row per step, ``_step``) and ``files/config.yaml``
   (``key: {value: ...}``); those are read too, without the wandb package.
 
@@ -39,6 +45,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,8 +76,10 @@ INSTALL = {
 # The LevelDB log framing of a .wandb file (see the module docstring).
 _WANDB_MAGIC = b":W&B"
 _WANDB_HEADER = 7
+_WANDB_FORMAT = struct.Struct("<4sHB")  # ident, magic, version
+_WANDB_MAGIC_NUMBER, _WANDB_VERSION = 0xBEE1, 0  # what wandb writes and its reader accepts
 _BLOCK = 32 * 1024
-_CHUNK_HEADER = struct.Struct("<IHB")  # crc32c, length, type
+_CHUNK_HEADER = struct.Struct("<IHB")  # crc (CRC-32 of type + data), length, type
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 
 
@@ -299,7 +308,8 @@ def _wandb_key(item: Any) -> str:
 
 
 def _wandb_records(log: Path) -> tuple[list[Any], bool]:
-    """The protobuf records of a ``.wandb`` log, and whether its last record was cut off."""
+    """The protobuf records of a ``.wandb`` log, and whether its last record was cut off (see the module
+    docstring: a cut is the file ending inside its last chunk; any other failed check is damage, an error)."""
     try:
         from google.protobuf.message import DecodeError
         from wandb.proto import wandb_internal_pb2
@@ -308,41 +318,52 @@ def _wandb_records(log: Path) -> tuple[list[Any], bool]:
     data = log.read_bytes()
     if data[: len(_WANDB_MAGIC)] != _WANDB_MAGIC:
         raise ScalingError(f"{log}: not a wandb run log (it does not start with {_WANDB_MAGIC!r})")
-    records, pending, pos, cut = [], b"", _WANDB_HEADER, False
+    if len(data) >= _WANDB_HEADER and _WANDB_FORMAT.unpack_from(data)[1:] != (_WANDB_MAGIC_NUMBER, _WANDB_VERSION):
+        magic, version = _WANDB_FORMAT.unpack_from(data)[1:]
+        raise ScalingError(f"{log}: a wandb run log of format {magic:#x} version {version}, not {_WANDB_MAGIC_NUMBER:#x} "
+                           f"version {_WANDB_VERSION} (wandb 0.10 and later); read a CSV export of the run instead")
+    records: list[Any] = []
+    pending: bytearray | None = None  # the record being assembled from first / middle chunks
+    pos = _WANDB_HEADER
+
+    def damaged(what: str) -> ScalingError:
+        return ScalingError(f"{log}: damaged wandb run log: {what} at byte {pos} ({len(records)} records read before it; "
+                            "the rest cannot be trusted); export the run as CSV from wandb, or leave it out")
+
     while pos < len(data):
-        left = _BLOCK - pos % _BLOCK
-        if left < _CHUNK_HEADER.size:  # block trailer: zero padding
-            pos += left
+        block_end = (pos // _BLOCK + 1) * _BLOCK
+        if block_end - pos < _CHUNK_HEADER.size:  # block trailer: zero padding
+            pos = block_end
             continue
         if pos + _CHUNK_HEADER.size > len(data):
-            cut = True
-            break
-        _, length, kind = _CHUNK_HEADER.unpack_from(data, pos)
-        if kind == 0 and length == 0:  # the rest of the block is padding
-            pos += left
+            return records, True  # the file ends inside a chunk header: a write cut by a kill
+        crc, length, kind = _CHUNK_HEADER.unpack_from(data, pos)
+        if (crc, length, kind) == (0, 0, 0):  # the rest of the block is padding
+            pos = block_end
             continue
-        chunk = data[pos + _CHUNK_HEADER.size : pos + _CHUNK_HEADER.size + length]
-        if len(chunk) < length:
-            cut = True
-            break
-        pos += _CHUNK_HEADER.size + length
-        if kind in (_FULL, _FIRST):
-            pending = chunk
-        elif kind in (_MIDDLE, _LAST):
-            pending += chunk
-        else:
-            raise ScalingError(
-                f"{log}: damaged wandb run log (chunk type {kind} at byte {pos}); read a CSV export instead"
-            )
+        end = pos + _CHUNK_HEADER.size + length
+        if end > block_end:
+            raise damaged(f"a chunk of {length} bytes that would cross its 32 KiB block")
+        if end > len(data):
+            return records, True  # the file ends inside the chunk's data: a write cut by a kill
+        chunk = data[pos + _CHUNK_HEADER.size : end]
+        if zlib.crc32(chunk, zlib.crc32(bytes([kind]))) != crc:
+            raise damaged("a chunk whose checksum does not match its data")
+        if kind not in (_FULL, _FIRST, _MIDDLE, _LAST):
+            raise damaged(f"a chunk of unknown type {kind}")
+        if (pending is None) == (kind in (_MIDDLE, _LAST)):
+            raise damaged("a record's chunks out of order (first / middle / last)")
+        pending = bytearray(chunk) if kind in (_FULL, _FIRST) else pending + chunk
         if kind in (_FULL, _LAST):
             record = wandb_internal_pb2.Record()
             try:
-                record.ParseFromString(pending)
+                record.ParseFromString(bytes(pending))
             except DecodeError:
-                raise ScalingError(f"{log}: damaged wandb record near byte {pos}; read a CSV export instead") from None
+                raise damaged("a record that is not a wandb protobuf Record") from None
             records.append(record)
-            pending = b""
-    return records, cut or bool(pending)
+            pending = None
+        pos = end
+    return records, pending is not None
 
 
 def _read_wandb_history(folder: Path, history: Path) -> SourceRun:
