@@ -55,6 +55,7 @@ from typing import Any
 import pandas as pd
 
 from verl_isocompute import verl_keys
+from verl_isocompute.jsonl import begun_as_json
 from verl_isocompute.runlog import WITH_CURATION, WITH_GUIDANCE, metric_key
 from verl_isocompute.scaling.errors import ScalingError
 
@@ -378,7 +379,7 @@ def _read_wandb_history(folder: Path, history: Path) -> SourceRun:
         try:
             obj = json.loads(line)
         except ValueError:
-            if i == len(lines) - 1:  # cut off mid-write
+            if i == len(lines) - 1 and begun_as_json(line):  # cut off mid-write
                 cut = True
                 continue
             raise ScalingError(f"{history}, line {i + 1}: not JSON; read a CSV export instead") from None
