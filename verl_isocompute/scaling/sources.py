@@ -16,15 +16,13 @@ libraries, only when those are installed (verl's ``verl-core`` extra installs bo
 * **wandb**: a run directory ``wandb/run-<date>-<id>/`` or ``wandb/offline-run-<date>-<id>/``. wandb
   0.10+ keeps a run's history only in its transaction log ``run-<id>.wandb``: records of wandb's own
   protobuf ``Record`` (``wandb.proto.wandb_internal_pb2``), framed as a LevelDB log (a 7-byte header
-  ``:W&B`` + magic ``0xBEE1`` + version 0, then 32 KiB blocks of chunks ``crc(4) length(2) type(1) data`` with
-  type full / first / middle / last; wandb-core's ``store`` package writes the crc as CRC-32 (IEEE, zlib's) of
-  the type byte and the data, where LevelDB itself uses CRC-32C). The history rows, the run's name and its
-  config are read from it. Every check the format allows is made, as wandb's own reader makes them: each
-  chunk's checksum, a chunk never crossing its 32 KiB block, first / middle / last chunks in order. Only a
-  file that ends inside its last chunk is a write cut by a kill: that record is skipped and said so. Any
-  other failed check is damage inside the file, which would otherwise read as an early end (a damaged length)
-  or as wrong values (a damaged byte of a number): an error naming the file, the byte and the records read
-  before it. Older wandb wrote
+  ``:W&B`` + magic ``0xBEE1`` + version 0, then 32 KiB blocks of chunks ``crc(4) length(2) type(1) data``,
+  type full / first / middle / last, crc the CRC-32 (zlib's, not LevelDB's CRC-32C) of type and data, as
+  wandb-core's ``store`` writes it). Its history rows, name and config are read, with every check the format
+  allows, as wandb's own reader makes them (chunk checksums, chunks within their block, in order): only a file
+  ending inside its last chunk is a write cut by a kill (skipped, said so); any other failure is damage that
+  would read as an early end or as wrong numbers: an error naming the file, the byte and the records read.
+  Older wandb wrote
   ``files/wandb-history.jsonl`` (one JSON row per step, ``_step``) and ``files/config.yaml``
   (``key: {value: ...}``); those are read too, without the wandb package.
 
@@ -55,7 +53,7 @@ from typing import Any
 import pandas as pd
 
 from verl_isocompute import verl_keys
-from verl_isocompute.jsonl import begun_as_json
+from verl_isocompute.jsonl import JsonlError, read_jsonl
 from verl_isocompute.runlog import WITH_CURATION, WITH_GUIDANCE, metric_key
 from verl_isocompute.scaling.errors import ScalingError
 
@@ -76,9 +74,7 @@ INSTALL = {
 
 # The LevelDB log framing of a .wandb file (see the module docstring).
 _WANDB_MAGIC = b":W&B"
-_WANDB_HEADER = 7
-_WANDB_FORMAT = struct.Struct("<4sHB")  # ident, magic, version
-_WANDB_MAGIC_NUMBER, _WANDB_VERSION = 0xBEE1, 0  # what wandb writes and its reader accepts
+_WANDB_START = struct.pack("<4sHB", _WANDB_MAGIC, 0xBEE1, 0)  # ident, magic, version: what wandb's reader accepts
 _BLOCK = 32 * 1024
 _CHUNK_HEADER = struct.Struct("<IHB")  # crc (CRC-32 of type + data), length, type
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
@@ -319,13 +315,11 @@ def _wandb_records(log: Path) -> tuple[list[Any], bool]:
     data = log.read_bytes()
     if data[: len(_WANDB_MAGIC)] != _WANDB_MAGIC:
         raise ScalingError(f"{log}: not a wandb run log (it does not start with {_WANDB_MAGIC!r})")
-    if len(data) >= _WANDB_HEADER and _WANDB_FORMAT.unpack_from(data)[1:] != (_WANDB_MAGIC_NUMBER, _WANDB_VERSION):
-        magic, version = _WANDB_FORMAT.unpack_from(data)[1:]
-        raise ScalingError(f"{log}: a wandb run log of format {magic:#x} version {version}, not {_WANDB_MAGIC_NUMBER:#x} "
-                           f"version {_WANDB_VERSION} (wandb 0.10 and later); read a CSV export of the run instead")
+    if len(data) >= len(_WANDB_START) and data[: len(_WANDB_START)] != _WANDB_START:
+        raise ScalingError(f"{log}: a wandb run log of another format (header {data[:7]!r}, not {_WANDB_START!r}, wandb "
+                           "0.10 and later's); read a CSV export of the run instead")
     records: list[Any] = []
-    pending: bytearray | None = None  # the record being assembled from first / middle chunks
-    pos = _WANDB_HEADER
+    pending, pos = None, len(_WANDB_START)  # pending: the record being assembled from first / middle chunks
 
     def damaged(what: str) -> ScalingError:
         return ScalingError(f"{log}: damaged wandb run log: {what} at byte {pos} ({len(records)} records read before it; "
@@ -342,8 +336,7 @@ def _wandb_records(log: Path) -> tuple[list[Any], bool]:
         if (crc, length, kind) == (0, 0, 0):  # the rest of the block is padding
             pos = block_end
             continue
-        end = pos + _CHUNK_HEADER.size + length
-        if end > block_end:
+        if (end := pos + _CHUNK_HEADER.size + length) > block_end:
             raise damaged(f"a chunk of {length} bytes that would cross its 32 KiB block")
         if end > len(data):
             return records, True  # the file ends inside the chunk's data: a write cut by a kill
@@ -370,29 +363,23 @@ def _wandb_records(log: Path) -> tuple[list[Any], bool]:
 def _read_wandb_history(folder: Path, history: Path) -> SourceRun:
     import yaml
 
+    try:  # the package's one policy for JSON lines: a cut last line is skipped, any other bad line refused
+        jsonl = read_jsonl(history, report=False)
+        jsonl.dicts()
+    except JsonlError as exc:
+        raise ScalingError(f"{exc}; or read a CSV export of the run") from None
     rows = _Rows()
-    cut = False
-    lines = history.read_text().splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            if i == len(lines) - 1 and begun_as_json(line):  # cut off mid-write
-                cut = True
-                continue
-            raise ScalingError(f"{history}, line {i + 1}: not JSON; read a CSV export instead") from None
-        step = obj.get("_step", i)
+    for no, obj in jsonl.objects:
+        step = obj.get("_step", no - 1)
         for key, value in obj.items():
             if not key.startswith("_"):
-                rows.add(step, key, value, f"{history}, line {i + 1}")
+                rows.add(step, key, value, f"{history}, line {no}")
     config_file = folder / "files" / "config.yaml"
     config = {}
     if config_file.is_file():
         loaded = yaml.safe_load(config_file.read_text()) or {}
         config = {k: v.get("value") if isinstance(v, dict) and "value" in v else v for k, v in loaded.items()}
-    return rows.run(_shown(folder), history, _header(config), cut)
+    return rows.run(_shown(folder), history, _header(config), jsonl.cut_last_line)
 
 
 def _header(config: dict[str, Any]) -> dict[str, Any]:
