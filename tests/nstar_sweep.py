@@ -41,13 +41,13 @@ def options():
 
 def publish(sweep_dir: Path) -> list[str]:
     """Copy the runs the rule reads: every seed both arms have finished (run log up to the budget)."""
-    import bench_learning
+    import run_files
 
     finished = {}
     for cell in sorted((sweep_dir / "cells").glob("*-s*")):
         if not (cell / "isocompute.jsonl").is_file():
             continue
-        rows = [r for _, r in bench_learning.read_log(cell).rows if r["step"] > 0]
+        rows = [r for _, r in run_files.read_log(cell).rows if r["step"] > 0]
         if rows and rows[-1]["rollouts"] >= BUDGET:
             finished[cell.name] = cell
     seeds = {name.rsplit("-s", 1)[1] for name in finished}
