@@ -35,7 +35,10 @@ Stages (each resumable; ``--stage all`` runs sets, train, report):
 
 ``go-no-go`` applies EVIDENCE.md section 4's check (b) to runs validated three times or more on the tune set
 (``--stage train --split tune --test-freq 4 --base-lr ...``); ``verdict --from runs/nstar_cpu`` applies its
-decision rule, as registered, to the sweep of ``run_examples/nstar_cpu.yaml``.
+decision rule, as registered, to the sweep of ``run_examples/nstar_cpu.yaml``: n compared at one B_problem
+(``--b-problem``, default the sweep's 8), the cells of any other B_problem and unfinished cells named and left out.
+The report is :mod:`evidence_report`, the rules :mod:`evidence_rules`; every stage reads the runs' files through
+:mod:`run_files`, so a file it cannot read is one line naming it, exit status 2.
 """
 
 from __future__ import annotations
