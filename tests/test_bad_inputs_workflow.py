@@ -41,6 +41,7 @@ SWEEP_ROWS = [
     ("fit not a mapping", _plan(fit=["bootstrap=0"]), [], 2, "fit must be a mapping"),
     ("fit group_by typo", _plan(fit={"group_by": "nn"}), [], 2, "group-by"),
     ("fit compute", _plan(fit={"compute": "flops"}), [], 2, "compute"),
+    ("fit bootstrap 2", _plan(fit={"bootstrap": 2}), [], 2, "bootstrap must be 0 (no intervals) or at least 40, got 2"),
     ("budget not a number", _plan(budget_rollouts="lots"), [], 2, "budget_rollouts must be a positive integer, got 'lots'"),
     ("budget below a step", _plan(budget_rollouts=4), [], 2, "raise budget_rollouts to at least 8"),
     ("max-concurrent flag", _plan(), ["--max-concurrent", "0"], 2, "--max-concurrent must be at least 1"),
