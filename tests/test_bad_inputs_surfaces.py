@@ -48,6 +48,11 @@ SWEEP_ROWS = [
      "is applied by the isocompute trainer only", True),
     ("reuse of log-probs off-policy", _plan(["actor_rollout_ref.actor.ppo_epochs=2"]),
      "isocompute.reuse_rollout_log_probs=true needs a fully on-policy recipe", True),
+    # issue 46: the seeds verl hands to torch, numpy and vLLM after Ray has started
+    ("data.seed past the samplers' range", _plan(["data.seed=99999999999999999999"]),
+     "data.seed=99999999999999999999: use a whole number from 0 to 4294967295", True),
+    ("a negative rollout seed", _plan(["actor_rollout_ref.rollout.seed=-1"]),
+     "actor_rollout_ref.rollout.seed=-1: use a whole number from 0 to 4294967295", True),
     ("absurd budget", _plan(budget_rollouts="1e30"), "pays cell b2_n4 for 1.25e+29 steps of 8 rollouts, more than 10,000,000", False),
     ("sweep_dir is a file", _plan(sweep_dir="a_file"), "a_file is a file; set sweep_dir in the plan", False),
     ("sweep_dir under a file", _plan(sweep_dir="a_file/sweep"), "cannot be made: ", False),

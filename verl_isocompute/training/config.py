@@ -128,6 +128,16 @@ def check_group_size(cfg: DictConfig) -> None:
         )
 
 
+def check_seeds(cfg: DictConfig) -> None:
+    """``data.seed`` and ``actor_rollout_ref.rollout.seed`` must be seeds every sampler takes (0 to
+    :data:`~verl_isocompute.verl_keys.MAX_SEED`): verl hands them to torch, numpy and vLLM after Ray has started."""
+    for key in (verl_keys.DATA_SEED, verl_keys.ROLLOUT_SEED):
+        seed = select(cfg, key)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= verl_keys.MAX_SEED):
+            raise RecipeError(f"{key}={_show(seed)}: use a whole number from 0 to {verl_keys.MAX_SEED}, the seeds every "
+                              "sampler of the run takes (numpy's range; vLLM seeds numpy with the rollout's seed)")
+
+
 def check_model_setting(cfg: DictConfig) -> None:
     """``isocompute.model`` builds a built-in model only where ``actor_rollout_ref.model.path`` reads it (our
     recipes: ``${isocompute.model_path:}``); on a config with a model path of its own it would be ignored."""
@@ -255,6 +265,7 @@ def check_config(cfg: DictConfig) -> list[str]:
         check_platform(cfg)
         check_estimator(cfg)
         check_group_size(cfg)
+        check_seeds(cfg)
         notice = zero_variance_notice(cfg)
         if select(cfg, "trainer.v1.trainer_mode") == TRAINER:
             check_trainer_settings(cfg)
