@@ -48,6 +48,13 @@ SWEEP_ROWS = [
      "is applied by the isocompute trainer only", True),
     ("reuse of log-probs off-policy", _plan(["actor_rollout_ref.actor.ppo_epochs=2"]),
      "isocompute.reuse_rollout_log_probs=true needs a fully on-policy recipe", True),
+    # issue 46: a misspelt rollout passed every check off the CPU platform and stopped a Ray worker after the model loaded
+    ("rollout name typo, platform auto", _plan(["isocompute.platform=auto", "actor_rollout_ref.rollout.name=vlm"]),
+     "actor_rollout_ref.rollout.name=vlm is not a rollout verl or this plugin provides (hf, vllm, sglang, trtllm): use vllm",
+     True),
+    ("rollout name typo, CPU platform", _plan(["actor_rollout_ref.rollout.name=vlm"]),
+     "actor_rollout_ref.rollout.name=vlm is not a rollout verl or this plugin provides (hf, vllm, sglang, trtllm): use hf "
+     "or vllm", True),
     # issue 46: the seeds verl hands to torch, numpy and vLLM after Ray has started
     ("data.seed past the samplers' range", _plan(["data.seed=99999999999999999999"]),
      "data.seed=99999999999999999999: use a whole number from 0 to 4294967295", True),

@@ -10,7 +10,7 @@ resolves the same way.
 :func:`check_config` makes every check that needs nothing built or started: first the ``isocompute`` block
 against its schema (:mod:`verl_isocompute.training.schema`: each key's type and range, unknown keys), then
 the rules that need more than the block: the platform (a GPU-only rollout, vLLM without its CPU build, or FSDP1
-on the CPU platform is refused), the estimator, group sizes, the isocompute trainer's
+on the CPU platform is refused), the rollout's name (on every platform), the estimator, group sizes, the isocompute trainer's
 settings, the LR rule and the allocation, the reuse of the rollout's log-probs. A key the allocation decides
 (n, B_problem, steps, lr) that the command line also sets is an error naming both values. Each check raises
 :class:`RecipeError`, one line naming the key and the fix. What a run builds (the model, data, a guided
@@ -94,13 +94,6 @@ def check_platform(cfg: DictConfig) -> None:
             "(VERL_PLATFORM=cpu / isocompute.platform=cpu): set actor_rollout_ref.rollout.name=hf, "
             "or run on a GPU machine with isocompute.platform=auto"
         )
-    elif rollout not in (None, ROLLOUT_NAME):
-        # verl would stop in a Ray worker, with an assertion, after the model loaded
-        known = ", ".join((ROLLOUT_NAME, VLLM_ROLLOUT, *GPU_ONLY_ROLLOUTS))
-        raise RecipeError(
-            f"actor_rollout_ref.rollout.name={rollout} is not a rollout verl or this plugin provides ({known}); "
-            f"on the CPU platform use actor_rollout_ref.rollout.name={ROLLOUT_NAME} or {VLLM_ROLLOUT}"
-        )
     for role in ("actor", "ref"):
         strategy = select(cfg, f"actor_rollout_ref.{role}.strategy")
         if strategy not in (None, "fsdp2"):
@@ -108,6 +101,19 @@ def check_platform(cfg: DictConfig) -> None:
                 f"actor_rollout_ref.{role}.strategy={strategy}: on the CPU platform only fsdp2 works "
                 f"(FSDP1 needs a GPU to sync module states); set actor_rollout_ref.{role}.strategy=fsdp2"
             )
+
+
+def check_rollout_name(cfg: DictConfig) -> None:
+    """``actor_rollout_ref.rollout.name`` must be a rollout verl (its registry, kept in step with
+    :data:`GPU_ONLY_ROLLOUTS` and :data:`VLLM_ROLLOUT` by tests/test_import_contract.py) or this plugin provides, on
+    every platform: verl would stop in a Ray worker, with an assertion, after the model loaded."""
+    rollout = select(cfg, "actor_rollout_ref.rollout.name")
+    known = (ROLLOUT_NAME, VLLM_ROLLOUT, *GPU_ONLY_ROLLOUTS)
+    if rollout is not None and rollout not in known:
+        on_cpu = PLATFORM_NAME in (select(cfg, "isocompute.platform"), os.environ.get("VERL_PLATFORM", "").strip().lower())
+        use = f"{ROLLOUT_NAME} or {VLLM_ROLLOUT}" if on_cpu else f"{VLLM_ROLLOUT} (the recipes'), sglang or trtllm"
+        raise RecipeError(f"actor_rollout_ref.rollout.name={rollout} is not a rollout verl or this plugin provides "
+                          f"({', '.join(known)}): use {use}")
 
 
 def check_group_size(cfg: DictConfig) -> None:
@@ -263,6 +269,7 @@ def check_config(cfg: DictConfig) -> list[str]:
     try:
         check_settings(cfg)  # the block's own types and ranges, before any rule reads a key of it
         check_platform(cfg)
+        check_rollout_name(cfg)
         check_estimator(cfg)
         check_group_size(cfg)
         check_seeds(cfg)
