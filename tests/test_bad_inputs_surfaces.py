@@ -104,6 +104,54 @@ def _entry_point_refuses(tmp_path, monkeypatch, plan, message):
     assert not (tmp_path / "run").exists()
 
 
+def _answers_file(path: Path, answers: list[str], data_source: str = "my_dataset") -> str:
+    import pandas as pd
+
+    rows = [{"data_source": data_source, "prompt": [{"role": "user", "content": f"q{i}"}],
+             "reward_model": {"style": "rule", "ground_truth": a}, "extra_info": {"index": i}} for i, a in enumerate(answers)]
+    pd.DataFrame(rows).to_parquet(path)
+    return str(path)
+
+
+@pytest.mark.parametrize(("answer", "refused"), [("literal", True), ("auto", False), ("equivalent", False)])
+def test_literal_grading_of_answers_that_are_not_numbers_is_refused_before_ray(tmp_path, monkeypatch, capsys, answer,
+                                                                               refused):
+    """Issue 46: ``isocompute.reward.answer=literal`` on reference answers such as ``\\frac{1}{3}`` passed every check
+    and raised on the first graded sample, in verl's reward worker after the model had loaded. The data files are
+    read before Ray: the sweep's dry run and the entry point refuse it in one line naming the file and the row;
+    ``auto`` (math-verify on a dataset of the user's) and ``equivalent`` grade them and pass."""
+    from verl_isocompute.training import config, prepare
+    from verl_isocompute.workflow.sweep.grid import cell_overrides
+    from verl_isocompute.workflow.sweep.plan import parse_plan
+    from verl_isocompute.workflow.sweep.preflight import compose
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)
+    data = _answers_file(tmp_path / "train.parquet", ["12", "-3", "\\frac{1}{3}", "7"])
+    plan = _plan([f"isocompute.reward.answer={answer}"], data={"train_files": data, "val_files": data})
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    rc = main(["sweep", "--plan", str(tmp_path / "plan.yaml"), "--dry-run"])
+    out, err = capsys.readouterr()
+    message = (f"isocompute.reward.answer=literal grades numbers, but data.train_files {data}, row 2: the reference "
+               "answer is '\\\\frac{1}{3}': set isocompute.reward.answer=equivalent (math-verify) for this data")
+    _check(rc, out, err, 2 if refused else 0, message if refused else "budget", "isocompute sweep")
+    # the entry point on the same cell: prepare(), which runs before verl is imported and Ray starts, refuses it
+    monkeypatch.setattr(prepare, "prepare_model", lambda cfg: None)  # the built-in model: not what is checked here
+    parsed = parse_plan(plan, base_dir=tmp_path)
+    cfg = compose(parsed.recipe, cell_overrides(parsed, parsed.runnable()[0], tmp_path / "run"))
+    environ = dict(os.environ)
+    try:
+        if refused:
+            with pytest.raises(config.RecipeError) as info:
+                prepare.prepare(cfg)
+            assert str(info.value) == message
+        else:
+            prepare.prepare(cfg)
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+
+
 def test_a_sweep_dir_flag_naming_a_file_is_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a_file").write_text("x")

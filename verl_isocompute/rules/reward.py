@@ -373,6 +373,14 @@ def verify_answer(pred: str, ground_truth: Any, timeout_seconds: float | None = 
     return result
 
 
+def check_reference(data_source: Any, ground_truth: Any, answer: str | None, where: str) -> None:
+    """Can :func:`compute_score` grade a sample of this row with ``answer`` (``isocompute.reward.answer``)? Under
+    ``literal`` its reference must be a number written out, else :class:`~verl_isocompute.rules.answers.RewardSettingError`
+    naming ``where``: what the first graded sample would raise, checked on the data files before any model loads."""
+    if answers.answer_mode(answer, data_source) == answers.LITERAL:
+        answers.literal_reference(_normalise_ground_truth(ground_truth), where)
+
+
 def compute_score(
     data_source: str,
     solution_str: str,
