@@ -166,8 +166,7 @@ def curate(args) -> Path:
         for i, (ops, digits, terms, size) in enumerate(args.pool or [parse_pool(p) for p in DEFAULT_POOLS]):
             task = "products" if ops == "products" else "basic_arithmetic"
             spec = ArithmeticConfig(max_digits=digits, min_terms=terms, max_terms=terms, prompt="worked_example", seed=i,
-                                  task=task, **({} if task == "products" else {"operators": ops}),
-                                  allow_parentheses=False)
+                                  task=task, **({} if task == "products" else {"operators": ops, "allow_parentheses": False}))
             frame = pd.read_parquet(write_problems(args.out / "pools" / f"{i}.parquet", spec, size=size))
             questions = frame["extra_info"].map(lambda e: e["question"])
             frame = frame[~questions.duplicated() & ~questions.map(too_hard)]

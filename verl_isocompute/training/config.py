@@ -134,6 +134,40 @@ def check_group_size(cfg: DictConfig) -> None:
         )
 
 
+# Keys of isocompute.data our recipes write whatever the source (recipes/isocompute_cpu_sizes.yaml, cpu_demo.yaml;
+# tests/test_settings.py keeps this in step): their value says nothing of what the command line meant.
+RECIPE_DATA_KEYS = ("source", "train_size", "val_size", "seed", "min_terms", "max_terms", "min_digits", "max_digits")
+
+
+def check_data_settings(settings: schema.IsoComputeSettings) -> None:
+    """A generator setting of ``isocompute.data`` must have an effect in the chosen source: the generated set reads
+    the keys of its spec (:class:`~verl_isocompute.data.arithmetic.ArithmeticConfig` for ``arithmetic``,
+    :class:`~verl_isocompute.data.worked.WorkedConfig` for ``worked``), ``files`` reads none. Any other key set on
+    the command line (``task`` with ``source=worked``, ``terms`` with ``arithmetic``) would be ignored without a
+    word: refused, naming the key and the source (keys the recipes write for every source are left alone). The
+    arithmetic spec is built too, so that its own rules (``task=products`` takes no ``operators``) refuse here,
+    in a dry run as in a run, not when the set is generated."""
+    from dataclasses import fields
+
+    from verl_isocompute.data.arithmetic import ArithmeticConfig
+    from verl_isocompute.data.worked import WorkedConfig
+
+    data = settings.data
+    spec = {"arithmetic": ArithmeticConfig, "worked": WorkedConfig}.get(data.source)
+    reads = {f.name for f in fields(spec)} if spec else set()
+    unused = [f.name for f in fields(data) if f.name not in RECIPE_DATA_KEYS and f.name not in reads
+              and getattr(data, f.name) is not None]
+    if unused:
+        what = {"arithmetic": "the generated arithmetic set (worked chains take terms and digits)",
+                "worked": "the worked chains (terms, digits, sizes and seed)"}.get(data.source, "data.train_files, "
+                                                                               "read as they are (no set is generated)")
+        raise RecipeError(f"isocompute.data.{unused[0]}={_show(getattr(data, unused[0]))} has no effect with "
+                          f"isocompute.data.source={data.source}: the problems are {what}; drop it, or choose the "
+                          "source that reads it")
+    if spec is ArithmeticConfig:
+        ArithmeticConfig(**{name: getattr(data, name) for name in reads if getattr(data, name) is not None})
+
+
 def check_seeds(cfg: DictConfig) -> None:
     """``data.seed`` and ``actor_rollout_ref.rollout.seed`` must be seeds every sampler takes (0 to
     :data:`~verl_isocompute.verl_keys.MAX_SEED`): verl hands them to torch, numpy and vLLM after Ray has started."""
@@ -267,7 +301,7 @@ def check_config(cfg: DictConfig) -> list[str]:
     from omegaconf.errors import InterpolationResolutionError
 
     try:
-        check_settings(cfg)  # the block's own types and ranges, before any rule reads a key of it
+        check_data_settings(check_settings(cfg))  # the block's own types and ranges, before any rule reads a key of it
         check_platform(cfg)
         check_rollout_name(cfg)
         check_estimator(cfg)
