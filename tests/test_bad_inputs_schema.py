@@ -50,6 +50,10 @@ RUN_ROWS = [
      "isocompute.per_prompt_n.enable='maybe': use true or false"),
     ("unknown key", [*PER_PROMPT, "+isocompute.per_prompt_n.nmin=3"],
      "unknown key isocompute.per_prompt_n.nmin: did you mean isocompute.per_prompt_n.n_min?"),
+    # issue 46: "use a text" did not say that hydra had read the value as a number, nor how to quote it
+    ("a number where a text is expected", ["isocompute.recipe=123"],
+     "isocompute.recipe=123: use a text; unquoted, 123 reads as a number: quote it for hydra, e.g. "
+     "'isocompute.recipe=\"123\"' on a shell command line"),
     # issue 46: a data setting the chosen mode does not read was ignored without a word
     ("products with operators", ["+isocompute.data.task=products", "+isocompute.data.operators=+-"],
      "isocompute.data.task=products multiplies only, so isocompute.data.operators would be ignored"),
