@@ -151,7 +151,7 @@ def test_the_data_keys_left_alone_are_those_the_recipes_write():
     from pathlib import Path
 
     import verl_isocompute.recipes as recipes
-    from verl_isocompute.training.config import RECIPE_DATA_KEYS
+    from verl_isocompute.training.input_checks import RECIPE_DATA_KEYS
 
     written = set()
     for path in Path(recipes.__file__).parent.rglob("*.yaml"):

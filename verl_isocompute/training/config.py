@@ -29,6 +29,9 @@ from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.rules import answers
 from verl_isocompute.training import resolvers, schema
 from verl_isocompute.training.adaptive_config import check_adaptive
+from verl_isocompute.training.input_checks import check_data_settings, check_seeds
+from verl_isocompute.training.input_checks import show as _show  # a config value as written on the command line
+from verl_isocompute.training.recipe_keys import RECIPES_MODULE, composition_error
 from verl_isocompute.training.conf import select
 from verl_isocompute.rules.lr import VERL_WARMUP_SCHEDULE
 from verl_isocompute.rules.names import (
@@ -132,50 +135,6 @@ def check_group_size(cfg: DictConfig) -> None:
             f"algorithm.adv_estimator={DECOUPLED_ESTIMATOR} trains on n_train of the actor_rollout_ref.rollout.n={n} "
             f"rollouts per problem, but isocompute.decoupled.n_train={_show(n_train)}: set it in [1, {n}]"
         )
-
-
-# Keys of isocompute.data our recipes write whatever the source (recipes/isocompute_cpu_sizes.yaml, cpu_demo.yaml;
-# tests/test_settings.py keeps this in step): their value says nothing of what the command line meant.
-RECIPE_DATA_KEYS = ("source", "train_size", "val_size", "seed", "min_terms", "max_terms", "min_digits", "max_digits")
-
-
-def check_data_settings(settings: schema.IsoComputeSettings) -> None:
-    """A generator setting of ``isocompute.data`` must have an effect in the chosen source: the generated set reads
-    the keys of its spec (:class:`~verl_isocompute.data.arithmetic.ArithmeticConfig` for ``arithmetic``,
-    :class:`~verl_isocompute.data.worked.WorkedConfig` for ``worked``), ``files`` reads none. Any other key set on
-    the command line (``task`` with ``source=worked``, ``terms`` with ``arithmetic``) would be ignored without a
-    word: refused, naming the key and the source (keys the recipes write for every source are left alone). The
-    arithmetic spec is built too, so that its own rules (``task=products`` takes no ``operators``) refuse here,
-    in a dry run as in a run, not when the set is generated."""
-    from dataclasses import fields
-
-    from verl_isocompute.data.arithmetic import ArithmeticConfig
-    from verl_isocompute.data.worked import WorkedConfig
-
-    data = settings.data
-    spec = {"arithmetic": ArithmeticConfig, "worked": WorkedConfig}.get(data.source)
-    reads = {f.name for f in fields(spec)} if spec else set()
-    unused = [f.name for f in fields(data) if f.name not in RECIPE_DATA_KEYS and f.name not in reads
-              and getattr(data, f.name) is not None]
-    if unused:
-        what = {"arithmetic": "the generated arithmetic set (worked chains take terms and digits)",
-                "worked": "the worked chains (terms, digits, sizes and seed)"}.get(data.source, "data.train_files, "
-                                                                               "read as they are (no set is generated)")
-        raise RecipeError(f"isocompute.data.{unused[0]}={_show(getattr(data, unused[0]))} has no effect with "
-                          f"isocompute.data.source={data.source}: the problems are {what}; drop it, or choose the "
-                          "source that reads it")
-    if spec is ArithmeticConfig:
-        ArithmeticConfig(**{name: getattr(data, name) for name in reads if getattr(data, name) is not None})
-
-
-def check_seeds(cfg: DictConfig) -> None:
-    """``data.seed`` and ``actor_rollout_ref.rollout.seed`` must be seeds every sampler takes (0 to
-    :data:`~verl_isocompute.verl_keys.MAX_SEED`): verl hands them to torch, numpy and vLLM after Ray has started."""
-    for key in (verl_keys.DATA_SEED, verl_keys.ROLLOUT_SEED):
-        seed = select(cfg, key)
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= verl_keys.MAX_SEED):
-            raise RecipeError(f"{key}={_show(seed)}: use a whole number from 0 to {verl_keys.MAX_SEED}, the seeds every "
-                              "sampler of the run takes (numpy's range; vLLM seeds numpy with the rollout's seed)")
 
 
 def check_model_setting(cfg: DictConfig) -> None:
@@ -390,21 +349,11 @@ def resolve(cfg: DictConfig) -> None:
         raise _resolver_error(exc) from None
 
 
-def _show(value) -> str:
-    """A config value as it is written on the command line."""
-    if value is None or isinstance(value, bool):
-        return str(value).lower().replace("none", "null")
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
 def lr_from_rule(cfg: DictConfig) -> bool:
     """Whether ``optim.lr`` and ``lr_warmup_steps`` are what the recipe's rule (or the allocation) gives."""
     decision = resolvers.lr_decision(cfg)
     optim = cfg.actor_rollout_ref.actor.optim
     return math.isclose(float(optim.lr), decision.lr, rel_tol=1e-6) and int(optim.lr_warmup_steps) == decision.warmup_steps
-
-
-RECIPES_MODULE = "verl_isocompute.recipes"
 
 
 def compose_recipe(recipe: str, overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
@@ -418,6 +367,6 @@ def compose_recipe(recipe: str, overrides: list[str] | tuple[str, ...] = ()) -> 
     try:
         with initialize_config_module(RECIPES_MODULE, version_base=None):
             return compose(config_name=recipe, overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RecipeError(f"recipe {recipe!r} with overrides {list(overrides)}: {first}") from None
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:  # ValueError: a config group set to null
+        raise RecipeError(f"recipe {recipe!r} with overrides {list(overrides)}: "
+                          f"{composition_error(exc, recipe, overrides)}") from None

@@ -26,8 +26,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
 
-from verl_isocompute import _compat
-
 from verl_isocompute.runlog import VERL_METRICS
 from verl_isocompute.training import resolvers
 from verl_isocompute.training.conf import files, select
@@ -40,6 +38,7 @@ from verl_isocompute.training.config import (
     resolve,
 )
 from verl_isocompute.rules.names import DECOUPLED_ESTIMATOR, PLATFORM_NAME
+from verl_isocompute.training.input_checks import check_reference_answers
 from verl_isocompute.training.on_policy import prepare_reuse_rollout_log_probs
 from verl_isocompute.training.schema import ROOT, GuidedSettings, check_block
 
@@ -78,43 +77,17 @@ def prepare_model(cfg: DictConfig) -> None:
 
 def prepare_data(cfg: DictConfig) -> None:
     """Local data files must exist now, not mid-run (``isocompute.data.source=arithmetic`` generates them), and
-    our reward must be able to grade their reference answers (:func:`check_reference_answers`)."""
+    our reward must be able to grade their reference answers
+    (:func:`~verl_isocompute.training.input_checks.check_reference_answers`)."""
     for key in ("data.train_files", "data.val_files"):
         for f in files(cfg, key):
             # remote paths (hdfs://, ...) are verl's to fetch
             if "://" not in f and not Path(os.path.expanduser(f)).is_file():
                 raise RecipeError(f"{key}: {f} does not exist; pass parquet files in verl's format")
-    check_reference_answers(cfg)
-
-
-def check_reference_answers(cfg: DictConfig) -> None:
-    """With our reward, every reference answer of the local data files must be one it can grade under
-    ``isocompute.reward.answer`` (``literal``: a number written out, :func:`verl_isocompute.rules.reward.check_reference`);
-    otherwise the first graded sample would raise in verl's reward worker, after the model has loaded."""
-    import pyarrow.parquet as pq
-
-    from verl_isocompute.rules import answers, reward
-
-    path = str(select(cfg, "reward.custom_reward_function.path") or "").removeprefix("pkg://")
-    if _compat.MOVED.get(path, path) != reward.__name__:  # another reward function grades its own way
-        return
-    setting = select(cfg, answers.REWARD_KWARG)
-    if setting == answers.EQUIVALENT:  # math-verify grades any reference
-        return
-    for key in ("data.train_files", "data.val_files"):
-        for f in files(cfg, key):
-            if "://" in f:
-                continue
-            try:
-                table = pq.read_table(os.path.expanduser(f), columns=["data_source", "reward_model"])
-                truths = table.column("reward_model").combine_chunks().field("ground_truth").to_pylist()
-            except Exception:  # noqa: BLE001 - not verl's format: verl's dataset names the problem when it loads it
-                continue
-            for i, (source, truth) in enumerate(zip(table.column("data_source").to_pylist(), truths)):
-                try:
-                    reward.check_reference(source, truth, setting, f"{key} {f}, row {i}: the reference answer")
-                except answers.RewardSettingError as exc:
-                    raise RecipeError(str(exc)) from None
+    try:
+        check_reference_answers(cfg)
+    except ValueError as exc:
+        raise RecipeError(str(exc)) from None
 
 
 def prepare_guided_data(cfg: DictConfig) -> None:
