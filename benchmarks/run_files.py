@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_isocompute.errors import IsoComputeError
+from verl_isocompute.numeric import is_real
 
 
 class BenchError(IsoComputeError):
@@ -73,19 +74,15 @@ def read_log(run_dir: Path, header: tuple[str, ...] = ()):
                          "(--out, --run, --runs-dir)")
     log = read_run_log(path)
     for line, row in log.rows:
-        bad = [key for key in ROW_KEYS if not _number(row.get(key))]
+        bad = [key for key in ROW_KEYS if not is_real(row.get(key))]
         if bad:
             raise BenchError(f"{path}, line {line}: {', '.join(bad)} missing or not a number; a run log of our trainer "
                              "has them on every row: train the run again")
-    bad = [key for key in header if not _number(log.header.get(key))]
+    bad = [key for key in header if not is_real(log.header.get(key))]
     if bad:
         raise BenchError(f"{path}: its header has no {', '.join(bad)} (or not a number); a run log of our trainer "
                          "records it: train the run again")
     return log
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def verl_metrics(run_dir: Path, keys: tuple[str, ...] = (), prefix: str = "") -> list[tuple[int, dict[str, Any]]]:
@@ -105,7 +102,7 @@ def verl_metrics(run_dir: Path, keys: tuple[str, ...] = (), prefix: str = "") ->
         step, data = line
         if not any(key.startswith(prefix) for key in data):
             continue
-        bad = [key for key in keys if not _number(data.get(key))]
+        bad = [key for key in keys if not is_real(data.get(key))]
         if bad:
             raise BenchError(f"{path}, line {no} (step {step}): {', '.join(bad)} missing or not a number")
         rows.append((step, data))
@@ -148,7 +145,7 @@ def validation_points(run_dir: Path) -> list[dict]:
     k = int(log.header.get("val_n") or 4)
     started = run_started(run_dir)
     points = []
-    dumps = [p for p in (run_dir / "validation").glob("*.jsonl")]
+    dumps = list((run_dir / "validation").glob("*.jsonl"))
     for path in dumps:
         if not path.stem.isdigit():
             raise BenchError(f"{path}: verl names a validation dump <step>.jsonl; rename or remove it")
