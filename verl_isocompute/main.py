@@ -47,10 +47,10 @@ def run(cfg: DictConfig) -> None:
 
 
 DEFAULT_RECIPE = "cpu_demo"
-# Set while hydra composes the recipe when the user had not set it: hydra then raises a composition error to
-# entry() instead of printing it over several lines (main() unsets it: the run's own errors are reported as before).
+# Set by entry() while hydra composes the recipe, unless the user had set it: hydra then raises a composition error
+# to entry() instead of printing it over several lines (main() unsets it: the run's own errors are reported as before).
 _FULL_ERROR = "HYDRA_FULL_ERROR"
-_composing = False
+_set_here = False  # whether entry() set it
 
 
 @hydra.main(config_path="pkg://verl_isocompute.recipes", config_name=DEFAULT_RECIPE, version_base=None)
@@ -58,7 +58,7 @@ def main(cfg: DictConfig) -> None:
     from verl_isocompute.cpu.shm import removing_shared_memory
     from verl_isocompute.workflow import launch
 
-    if _composing:
+    if _set_here:
         os.environ.pop(_FULL_ERROR, None)
 
     try:
@@ -97,14 +97,14 @@ def entry(argv: list[str]) -> None:
     """:func:`main` with the command line ``argv``: an error composing the recipe (a key it does not have, a config
     group set to null, an override hydra cannot parse) is one line naming the fix
     (:func:`~verl_isocompute.training.recipe_keys.composition_error`) and exit status 2, as our other errors."""
-    global _composing
-    _composing = _FULL_ERROR not in os.environ  # a user's HYDRA_FULL_ERROR=1 keeps hydra's full report
-    if _composing:
+    global _set_here
+    _set_here = _FULL_ERROR not in os.environ  # a user's HYDRA_FULL_ERROR=1 keeps hydra's full report
+    if _set_here:
         os.environ[_FULL_ERROR] = "1"
     try:
         main()
     except Exception as exc:
-        if not _composing or _FULL_ERROR not in os.environ:  # raised by the run, after main() began
+        if not _set_here or _FULL_ERROR not in os.environ:  # raised by the run, after main() began
             raise
         from verl_isocompute.training.recipe_keys import composition_error
 
@@ -114,7 +114,7 @@ def entry(argv: list[str]) -> None:
         print(f"isocompute: error: {composition_error(exc, (names or [DEFAULT_RECIPE])[-1], overrides)}", file=sys.stderr)
         sys.exit(2)
     finally:
-        if _composing:
+        if _set_here:
             os.environ.pop(_FULL_ERROR, None)
 
 
