@@ -22,7 +22,8 @@ def _write_run(run_dir, before, after, rewards, k=4):
     rows += [{"step": s, "data": {"timing_s/step": 30.0, "critic/score/mean": r}} for s, r in enumerate(rewards, 1)]
     rows[-1]["data"]["val-core/a/acc/mean@4"] = sum(after.values()) / (k * len(after))
     (run_dir / "verl_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (run_dir / "isocompute.jsonl").write_text(json.dumps({"header": {}}) + "\n" + json.dumps({"step": len(rewards), "rollouts": 32 * len(rewards)}) + "\n")
+    (run_dir / "isocompute.jsonl").write_text(json.dumps({"header": {}}) + "\n" + json.dumps(
+        {"step": len(rewards), "rollouts": 32 * len(rewards), "b_problem": 8}) + "\n")
     (run_dir / ".hydra").mkdir()
     (run_dir / ".hydra" / "config.yaml").write_text(
         f"data: {{train_batch_size: 8}}\nactor_rollout_ref: {{rollout: {{n: 4, val_kwargs: {{n: {k}}}}}}}\n")
@@ -78,3 +79,15 @@ def test_without_a_validation_before_training_there_is_no_change_to_judge(tmp_pa
     s = demo.summarize(tmp_path, 10.0)
     assert s["val_change"] is None and s["val_verdict"] is None
     assert "change:" not in demo.format_summary(s)
+
+
+def test_the_summary_reads_b_problem_as_the_run_resolved_it(tmp_path):
+    """hydra's saved config keeps the recipe's interpolations (the allocation's B_problem, resolved by our resolvers,
+    which the demo's own process does not load): the summary reads the run log, never that config's value."""
+    _write_run(tmp_path, {"p0": 1, "p1": 2}, {"p0": 1, "p1": 2}, [0.1, 0.2])
+    (tmp_path / ".hydra" / "config.yaml").write_text(  # as hydra saves it under the allocation piece
+        "data:\n  train_batch_size: ${isocompute.allocation:b_problem,8}\n"
+        "actor_rollout_ref:\n  rollout:\n    n: 4\n    val_kwargs:\n      n: 4\n")
+    summary = demo.summarize(tmp_path, 10.0)
+    assert summary["train_problems_per_step"] == 8
+    assert "each step on 8 problems of its own" in demo.format_summary(summary)

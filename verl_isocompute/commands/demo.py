@@ -117,7 +117,8 @@ def summarize(run_dir: Path, wall_s: float) -> dict:
         "val_change_se": change.change_se if change else None,
         "val_verdict": metrics.describe_change(change) if change else None,
         "train_reward": rewards,
-        "train_problems_per_step": int(cfg.data.train_batch_size) if cfg is not None else None,
+        # B_problem as the run resolved it (hydra's saved config keeps the recipe's interpolations, e.g. the allocation's)
+        "train_problems_per_step": next((r["b_problem"] for r in reversed(run_log) if "b_problem" in r), None),
         "wall_s": round(wall_s, 1),
         "run_dir": str(run_dir),
     }
