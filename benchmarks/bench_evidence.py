@@ -35,7 +35,10 @@ Stages (each resumable; ``--stage all`` runs sets, train, report):
 
 ``go-no-go`` applies EVIDENCE.md section 4's check (b) to runs validated three times or more on the tune set
 (``--stage train --split tune --test-freq 4 --base-lr ...``); ``verdict --from runs/nstar_cpu`` applies its
-decision rule, as registered, to the sweep of ``run_examples/nstar_cpu.yaml``.
+decision rule, as registered, to the sweep of ``run_examples/nstar_cpu.yaml``: n compared at one B_problem
+(``--b-problem``, default the sweep's 8), the cells of any other B_problem and unfinished cells named and left out.
+The report is :mod:`evidence_report`, the rules :mod:`evidence_rules`; every stage reads the runs' files through
+:mod:`run_files`, so a file it cannot read is one line naming it, exit status 2.
 """
 
 from __future__ import annotations
@@ -49,12 +52,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_learning  # noqa: E402  (the training run)
-from bench_learning import BenchError  # noqa: E402
-from evidence_rules import RATES, go_no_go, nstar_verdict, read_counts, t_interval  # noqa: E402  (section 4's rules)
+from evidence_report import SETS, pm, report  # noqa: E402  (section 1's figures)
+from evidence_rules import go_no_go, nstar_verdict, sweep_cells  # noqa: E402  (section 4's rules)
+from run_files import BenchError, read_csv  # noqa: E402
 
 PROG = "bench_evidence"
-SETS = ("tune", "dev", "test", "train")
-EASY = (0.3, 0.6)  # the playbook's Easy band of avg@k (arXiv 2603.12151, section 3)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", choices=("tune", "dev", "test"), default="test", help="the set the runs validate on")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--test-freq", type=int, default=None, help="default: --steps (validate before and after only)")
-    parser.add_argument("--b-problem", type=int, default=8)
+    parser.add_argument("--b-problem", type=int, default=8,
+                        help="problems per step of the runs; --stage verdict: the B_problem whose cells the rule compares "
+                             "(default %(default)s, the registered sweep's)")
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--base-lr", type=float, default=1.6e-4)
     parser.add_argument("--warmup-steps", type=int, default=2)
@@ -161,7 +165,7 @@ def make_sweep_train(args) -> Path:
     path = args.out / "sets" / "sweep_train.parquet"
     if not (args.out / "sets.csv").is_file():
         raise BenchError(f"{args.out / 'sets.csv'} does not exist: draw the sets first (--stage sets)")
-    sets = pd.read_csv(args.out / "sets.csv", dtype=str)
+    sets = read_csv(args.out / "sets.csv", ("set", "fact_group"))
     held = set(sets.loc[sets["set"].isin(["tune", "dev", "test"]), "fact_group"])
     drawn = [p for p in own_task_problems(args.task, None, seed=1) if fact_group(p["question"]) not in held]
     if len(drawn) < args.sweep_train_size:
@@ -224,12 +228,20 @@ def publish(args) -> Path:
     from verl_isocompute.runlog import RUN_LOG, VAL_PROBLEMS
 
     dest = args.publish_to
+    if dest.exists() and not dest.is_dir():
+        raise BenchError(f"--publish-to {dest} is a file; give a directory")
+    read_csv(args.out / "sets.csv", ("set", "fact_group"))  # what the report reads of it, before anything is copied
+    runs = sorted((args.out / "runs").glob("*-s*"))
+    for source in runs:
+        missing = [name for name in (RUN_LOG, VAL_PROBLEMS) if not (source / name).is_file()]
+        if (source / "learning_run.json").is_file() and missing:
+            raise BenchError(f"{source}: finished, but no {', '.join(missing)} there; train it again (remove the folder)")
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(args.out / "sets.csv", dest / "sets.csv")
     samples = args.out / "tune" / "samples.jsonl"
     if samples.is_file():
         shutil.copy(samples, dest / f"tune_samples-{args.task}.jsonl")
-    for source in sorted((args.out / "runs").glob("*-s*")):
+    for source in runs:
         if not (source / "learning_run.json").is_file():
             print(f"{source}: not finished, left out")
             continue
@@ -238,161 +250,14 @@ def publish(args) -> Path:
         for name in (RUN_LOG, VAL_PROBLEMS, "learning_run.json"):
             shutil.copy(source / name, target / name)
         if source.name.endswith("-s0"):  # the responses of one validation before and one after training
-            dumps = sorted((source / "validation").glob("*.jsonl"), key=lambda p: int(p.stem))
+            dumps = sorted((p for p in (source / "validation").glob("*.jsonl") if p.stem.isdigit()), key=lambda p: int(p.stem))
+            if not dumps:
+                raise BenchError(f"{source / 'validation'}: no validation dump <step>.jsonl; train the run again")
             (target / "validation").mkdir(exist_ok=True)
             for path in (dumps[0], dumps[-1]):
                 shutil.copy(path, target / "validation" / path.name)
     print(f"published: {dest}")
     return dest
-
-
-# --- the report -------------------------------------------------------------------------------------------
-
-
-def run_report(run: Path) -> dict:
-    """One run: each rate before (first validation) and after (last), with the paired change over problems; the
-    training reward per step."""
-    from verl_isocompute.rules import metrics
-
-    counts = read_counts(run)
-    first, last = min(counts), max(counts)
-    if first == last:
-        raise BenchError(f"{run}: one validation only; the report compares before and after training")
-    rates = {}
-    for rate in RATES:
-        change = metrics.paired_change(counts[first][rate], counts[last][rate])
-        rates[rate] = {"before": change.before, "before_se": change.before_se, "after": change.after,
-                       "after_se": change.after_se, "change": change.change, "change_se": change.change_se,
-                       "problems": change.problems}
-    log = bench_learning.read_log(run)
-    rows = [r for _, r in log.rows if r["step"] > 0]
-    info = json.loads((run / "learning_run.json").read_text())
-    return {"run": run.name, "steps": [first, last], "rollouts": rows[-1]["rollouts"] if rows else 0,
-            "epochs": rows[-1].get("epoch") if rows else 0,
-            "lr": log.header.get("lr"), "n": log.header.get("n"), "b_problem": log.header.get("b_problem"),
-            "train_reward": [r.get("train/reward") for r in rows], "wall_s": info.get("wall_s"),
-            "machine": info.get("machine"), "command": info.get("command"), "rates": rates}
-
-
-def tune_report(samples: Path) -> dict:
-    """The base model on a tune set (curation's samples.jsonl): accuracy, answer rate, the share of problems in
-    each band."""
-    from verl_isocompute.jsonl import read_jsonl
-
-    rows = [obj for _, obj in read_jsonl(samples, report=False).objects]
-    acc = [r["correct"] / r["k"] for r in rows]
-    return {"problems": len(rows), "k": rows[0]["k"], "accuracy": sum(acc) / len(acc),
-            "answer_rate": sum(sum(a not in (None, "") for a in r["answers"]) for r in rows) / sum(r["k"] for r in rows),
-            "easy_share": sum(EASY[0] <= a <= EASY[1] for a in acc) / len(acc),
-            "never_share": sum(a == 0 for a in acc) / len(acc), "always_share": sum(a == 1 for a in acc) / len(acc),
-            "some_share": sum(0 < a < 1 for a in acc) / len(acc)}
-
-
-def report(source: Path) -> dict:
-    """Every figure of EVIDENCE.md section 1 from the files in ``source``; writes report.json and report.md there."""
-    import pandas as pd
-
-    from verl_isocompute import atomic
-
-    runs = sorted(p for p in (source / "runs").glob("*-s*") if (p / "learning_run.json").is_file())
-    if not runs:
-        raise BenchError(f"{source}: no finished run under runs/; train (--stage train) or name the published files "
-                         "(--from docs/evidence/learning)")
-    per_run = [run_report(r) for r in runs]
-    sets = pd.read_csv(source / "sets.csv", dtype=str)
-    train_facts = set(sets.loc[sets["set"] == "train", "fact_group"])
-    split = runs[0].name.rsplit("-", 1)[0]
-    shared = int(sets.loc[sets["set"] == split, "fact_group"].isin(train_facts).sum())
-    over_seeds = {rate: {key: t_interval([r["rates"][rate][key] for r in per_run]) for key in ("before", "after", "change")}
-                  for rate in RATES}
-    steps = max(len(r["train_reward"]) for r in per_run)
-    reward = [t_interval([r["train_reward"][i] for r in per_run if i < len(r["train_reward"])]) for i in range(steps)]
-    summary = {"split": split, "set_sizes": sets["set"].value_counts().reindex(list(SETS)).fillna(0).astype(int).to_dict(),
-               "validated_facts_in_train": shared, "runs": per_run,
-               "over_seeds": over_seeds, "train_reward": reward,
-               "tune": {p.stem.split("-", 1)[1]: tune_report(p) for p in sorted(source.glob("tune_samples-*.jsonl"))}}
-    atomic.write_text(source / "report.json", json.dumps(summary, indent=1, sort_keys=True, default=float) + "\n")
-    text = render(summary) + "\n" + pilot_report()
-    gates = source.parent / "go_no_go"
-    if (gates / "runs").is_dir():  # section 4's go / no-go runs, published beside section 1's files
-        text += "\n# Evidence, section 4: the go / no-go (b)\n\n```text\n" + "\n".join(
-            line for row in go_no_go(gates, quiet=True) for line in [row["line"]]) + "\n```\n"
-    atomic.write_text(source / "report.md", text)
-    print(text)
-    return summary
-
-
-def pilot_report() -> str:
-    """Section 2's figures, from the pilot sweep's committed logs (tests/fixtures/real_pilot; tests/real_pilot.py)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parent.parent / "tests" / "real_pilot.py"
-    spec = importlib.util.spec_from_file_location("real_pilot", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return "# Evidence, section 2: the pilot sweep's figures\n\n```text\n" + module.report() + "\n```\n"
-
-
-def _pm(x: dict) -> str:
-    return f"{x['mean']:+.3f} (SE {x['se']:.3f}; 95% t interval [{x['low']:+.3f}, {x['high']:+.3f}], {x['df']} df)"
-
-
-def _verdict(x: dict) -> str:
-    """A paired change in words: up / down by z SE when beyond two SEs, else what the set could have seen."""
-    if not x["change_se"] > 0:
-        return "no change in any problem" if x["change"] == 0 else "no spread to measure"
-    z = x["change"] / x["change_se"]
-    if abs(z) >= 2:
-        return f"{'up' if z > 0 else 'down'} by {abs(z):.1f} SE"
-    return f"within noise: this set sees changes beyond ±{2 * x['change_se']:.2f}"
-
-
-def render(s: dict) -> str:
-    """The report as markdown (the tables EVIDENCE.md quotes)."""
-    first = s["runs"][0]
-    lines = ["# Evidence, section 1: the figures", "",
-             f"Sets: {', '.join(f'{k} {v}' for k, v in s['set_sizes'].items())} problems; validated on `{s['split']}`; "
-             f"{s['validated_facts_in_train']} of its problems share a fact with the train set.", ""]
-    if s["tune"]:
-        lines += ["The base model on each candidate task's tune set (share of problems solved never / sometimes / "
-                  "always, and in the Easy band [0.3, 0.6] of avg@k):", "",
-                  "| task | problems x k | accuracy | answer rate | never | sometimes | always | Easy |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for task, t in s["tune"].items():
-            lines.append(f"| {task} | {t['problems']} x {t['k']} | {t['accuracy']:.3f} | {t['answer_rate']:.3f} | "
-                         f"{t['never_share']:.2f} | {t['some_share']:.2f} | {t['always_share']:.2f} | {t['easy_share']:.2f} |")
-        lines.append("")
-    seeds = len(s["runs"])
-    lines += [f"Runs: {seeds} seed{'s' if seeds > 1 else ''}, n {first['n']}, B_problem {first['b_problem']}, lr {first['lr']:.3g}, "
-              f"{first['rollouts']} rollouts, validation at steps {first['steps'][0]} and {first['steps'][1]}; the "
-              f"training set read {max(r['epochs'] for r in s['runs']):.3f} times over at most (below 1: no training "
-              "problem seen twice).", "",
-              "Per seed (mean over problems ± SE over problems; change paired over problems):", "",
-              "| seed | rate | before | after | change | reading |", "|---|---|---|---|---|---|"]
-    for r in s["runs"]:
-        for rate, name in RATES.items():
-            x = r["rates"][rate]
-            lines.append(f"| {r['run']} | {name} | {x['before']:.3f} ± {x['before_se']:.3f} | {x['after']:.3f} ± "
-                         f"{x['after_se']:.3f} | {x['change']:+.3f} ± {x['change_se']:.3f} | {_verdict(x)} |")
-    if seeds > 1:
-        lines += ["", "Over seeds (mean of the seeds' values, SE over seeds, t interval):", "",
-                  "| rate | before | after | change |", "|---|---|---|---|"]
-        for rate, name in RATES.items():
-            o = s["over_seeds"][rate]
-            lines.append(f"| {name} | {o['before']['mean']:.3f} | {o['after']['mean']:.3f} | {_pm(o['change'])} |")
-    else:
-        lines += ["", "One seed: no interval over seeds (the SEs above are over problems; run-to-run variation is not "
-                      "measured)."]
-    lines += ["", "Training reward per step (each step's problems seen for the first time)"
-              + (", mean over seeds (SE):" if seeds > 1 else ":"), "", "| step | reward |", "|---|---|"]
-    for i, x in enumerate(s["train_reward"], 1):
-        lines.append(f"| {i} | {x['mean']:.3f}" + (f" ({x['se']:.3f}) |" if seeds > 1 else " |"))
-    machine = first.get("machine") or {}
-    walls = [r["wall_s"] for r in s["runs"] if r["wall_s"]]
-    span = f"{min(walls) / 60:.1f}" + (f"-{max(walls) / 60:.1f}" if len(walls) > 1 else "") if walls else "?"
-    lines += ["", f"CPU capability `{machine.get('cpu_capability')}`, {machine.get('cores')} cores; wall time per run "
-              f"{span} min (load average at the end {', '.join(f'{x:.1f}' for x in machine.get('loadavg', []))})."]
-    return "\n".join(lines) + "\n"
 
 
 def run(args) -> int:
@@ -412,9 +277,12 @@ def run(args) -> int:
     if args.stage == "go-no-go":
         go_no_go(args.source or args.out)
     if args.stage == "verdict":
-        result = nstar_verdict(args.source or Path("runs/nstar_cpu"))
+        sweep = args.source or Path("runs/nstar_cpu")
+        result = nstar_verdict(sweep, b_problem=args.b_problem)
         print(json.dumps(result, indent=1, default=float))
-        print(f"{result['verdict']} (seeds {result['seeds']}; Delta {_pm(result['Delta'])})")
+        for why, cells in sweep_cells(sweep, b_problem=args.b_problem)[1].items():
+            print(f"left out ({why}): {', '.join(cells)}")
+        print(f"{result['verdict']} (B_problem {args.b_problem}, seeds {result['seeds']}; Delta {pm(result['Delta'])})")
     return 0
 
 

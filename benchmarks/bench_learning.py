@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Callable
 
 from verl_isocompute.cpu.vllm_cpu import vllm_problem
-from verl_isocompute.errors import IsoComputeError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_files import BenchError, read_json, read_log, validation_points  # noqa: E402  (reading the runs back)
 
 ROOT = Path(__file__).resolve().parent.parent
 PROG = "bench_learning"
@@ -111,11 +113,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key=value")
 
 
-class BenchError(IsoComputeError):
-    """A setting or a run directory a benchmark cannot use: one line and exit status 2, as the ``isocompute`` commands
-    report theirs (:func:`verl_isocompute.commands.cli.run_command`)."""
-
-
 def check_settings(args) -> None:
     """Refuse settings the runs would fail on or that would measure nothing, before anything runs. ``--n`` may be
     None (bench_adaptive: the allocation's n, which is never below 2)."""
@@ -169,8 +166,7 @@ def curate(args) -> Path:
         for i, (ops, digits, terms, size) in enumerate(args.pool or [parse_pool(p) for p in DEFAULT_POOLS]):
             task = "products" if ops == "products" else "basic_arithmetic"
             spec = ArithmeticConfig(max_digits=digits, min_terms=terms, max_terms=terms, prompt="worked_example", seed=i,
-                                  task=task, **({} if task == "products" else {"operators": ops}),
-                                  allow_parentheses=False)
+                                  task=task, **({} if task == "products" else {"operators": ops, "allow_parentheses": False}))
             frame = pd.read_parquet(write_problems(args.out / "pools" / f"{i}.parquet", spec, size=size))
             questions = frame["extra_info"].map(lambda e: e["question"])
             frame = frame[~questions.duplicated() & ~questions.map(too_hard)]
@@ -274,73 +270,20 @@ def machine() -> dict:
 # --- the report ---------------------------------------------------------------------------------------
 
 
-def read_log(run_dir: Path):
-    """The run's log (``isocompute.jsonl``), each step row with the keys of the contract as numbers; a run directory
-    without one, or with a log no run of ours wrote, is refused in one line."""
-    from verl_isocompute.runlog import ROW_KEYS, RUN_LOG, read_run_log
-
-    path = run_dir / RUN_LOG
-    if not path.is_file():
-        raise BenchError(f"{run_dir}: no {RUN_LOG} there; train it first (--stage train), or name a trained run "
-                         "(--out, --run, --runs-dir)")
-    log = read_run_log(path)
-    for line, row in log.rows:
-        bad = [key for key in ROW_KEYS if isinstance(row.get(key), bool) or not isinstance(row.get(key), (int, float))]
-        if bad:
-            raise BenchError(f"{path}, line {line}: {', '.join(bad)} missing or not a number; a run log of our trainer "
-                             "has them on every row: train the run again")
-    return log
-
-
-def run_started(run_dir: Path) -> float:
-    """When the training run started (unix time): recorded when it ends, else when hydra wrote its config (else when
-    the run log was last written)."""
-    from verl_isocompute.runlog import RUN_LOG
-
-    info = json.loads((run_dir / "learning_run.json").read_text()) if (run_dir / "learning_run.json").is_file() else {}
-    if "started_unix" in info:
-        return float(info["started_unix"])
-    if "started" in info:  # local time, to the second
-        return time.mktime(time.strptime(info["started"], "%Y-%m-%d %H:%M:%S"))
-    return min(p.stat().st_mtime for p in [*(run_dir / ".hydra").glob("*"), run_dir / RUN_LOG])
-
-
-def validation_points(run_dir: Path) -> list[dict]:
-    """Every validation of the run: step, rollouts C at that step, avg@k and its SE over problems, and the
-    wall time from the run's start to the moment verl wrote that validation's samples."""
-    from verl_isocompute.commands.demo import per_problem_avg
-    from verl_isocompute.rules import metrics
-
-    log = read_log(run_dir)
-    rollouts = {int(r["step"]): r["rollouts"] for _, r in log.rows}
-    k = int(log.header.get("val_n") or 4)
-    started = run_started(run_dir)
-    points = []
-    for path in sorted((run_dir / "validation").glob("*.jsonl"), key=lambda p: int(p.stem)):
-        per = per_problem_avg(path, k)
-        if not per:
-            raise BenchError(f"{path}: no validation sample in it (verl writes one JSON line per sample); remove it, or "
-                             "train the run again")
-        step = int(path.stem)
-        points.append({"step": step, "rollouts": rollouts.get(step, 0), "problems": len(per),
-                       "avg": sum(per.values()) / len(per), "se": metrics.stderr_over_problems(per.values()),
-                       "wall_s": round(path.stat().st_mtime - started, 1),
-                       "per_problem": per})
-    return points
-
-
 def report(run_dir: Path) -> dict:
     """Print and save (``learning_summary.json``, ``learning.png``) the figures of one run."""
+    from verl_isocompute import atomic
     from verl_isocompute.rules import metrics
 
-    log = read_log(run_dir)
+    log = read_log(run_dir, header=("n", "b_problem", "lr"))
     train_rows = [r for _, r in log.rows if r["step"] > 0 and r.get("train/reward") is not None]
     points = validation_points(run_dir)
     if not points or points[-1]["step"] == 0:
         raise BenchError(f"{run_dir}: no validation after training in {run_dir / 'validation'}; finish the run "
                          "(--stage train) with a --test-freq that validates during training")
     change = metrics.paired_change(points[0]["per_problem"], points[-1]["per_problem"])
-    info = json.loads((run_dir / "learning_run.json").read_text()) if (run_dir / "learning_run.json").is_file() else {}
+    info = (read_json(run_dir / "learning_run.json", ("wall_s", "machine", "dtype", "split"))
+            if (run_dir / "learning_run.json").is_file() else {})
     header = log.header
     summary = {
         "run_dir": str(run_dir), "recipe": header.get("recipe"), "n": header.get("n"), "b_problem": header.get("b_problem"),
@@ -352,7 +295,7 @@ def report(run_dir: Path) -> dict:
                    "z": change.z, "problems": change.problems, "words": metrics.describe_change(change)},
         "train_reward": [{"step": r["step"], "rollouts": r["rollouts"], "reward": r["train/reward"]} for r in train_rows],
     }
-    (run_dir / "learning_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    atomic.write_text(run_dir / "learning_summary.json", json.dumps(summary, indent=2) + "\n")
     plot(summary, run_dir / "learning.png")
     print(f"run: {run_dir}  recipe {summary['recipe']}, n={summary['n']}, B_problem={summary['b_problem']}, "
           f"lr={summary['lr']:.3g}, dtype {summary['dtype']}, validated on the {summary['split']} split")

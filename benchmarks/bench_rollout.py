@@ -71,8 +71,7 @@ def messages(workload: Workload) -> list[list[dict]]:
         import pandas as pd
 
         # bench_learning's first pool (two one-digit factors), the kind of problem its Easy set is cut from
-        spec = ArithmeticConfig(max_digits=1, min_terms=2, max_terms=2, prompt="worked_example", task="products",
-                                allow_parentheses=False)
+        spec = ArithmeticConfig(max_digits=1, min_terms=2, max_terms=2, prompt="worked_example", task="products")
         with tempfile.TemporaryDirectory() as tmp:
             rows = pd.read_parquet(write_problems(Path(tmp) / "problems.parquet", spec, size=workload.problems))
         prompts = [chat_prompt(extra["question"], "worked_example") for extra in rows["extra_info"]]

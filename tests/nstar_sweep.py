@@ -46,13 +46,13 @@ def publish(sweep_dir: Path) -> list[str]:
     registration's sweep has its own directory; a run of the same name is replaced): every seed both arms have
     finished (run log up to the budget), with the files of :data:`FILES` it has (runs made before 0.2 have no
     ``train_problems.jsonl``)."""
-    import bench_learning
+    import run_files
 
     finished = {}
     for cell in sorted((sweep_dir / "cells").glob("*-s*")):
         if not (cell / "isocompute.jsonl").is_file():
             continue
-        rows = [r for _, r in bench_learning.read_log(cell).rows if r["step"] > 0]
+        rows = [r for _, r in run_files.read_log(cell).rows if r["step"] > 0]
         if rows and rows[-1]["rollouts"] >= BUDGET:
             finished[cell.name] = cell
     seeds = {name.rsplit("-s", 1)[1] for name in finished}

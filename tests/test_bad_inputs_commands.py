@@ -157,7 +157,61 @@ ALLOCATE_ROWS = [
      "before training sits at budget + S on this curve"),
     ("a curve counting rollouts_with_curation", {"compute_unit": "rollouts_with_curation"}, [], 0,
      "the curve counts rollouts_with_curation, C with the rollouts spent before training (on the guidance, and curation)"),
+    # issue 46: a config group set to null was a traceback from hydra's defaults list
+    ("--recipe with isocompute=null", {}, ["--recipe", "cpu_demo", "isocompute=null"], 2,
+     "recipe 'cpu_demo' with overrides ['isocompute=null']: isocompute=null: isocompute is the group of our recipe pieces"),
 ]
+
+
+# --- the entry point and the recipe loader: an override the recipe cannot take is one line (issue 46) -------
+
+ISOCOMPUTE_NULL = ("isocompute=null: isocompute is the group of our recipe pieces (allocation, decoupled, estimator, "
+                   "lr_rule, per_prompt_n, run_log, schedule, zero_variance: add some with +isocompute=[allocation,...]) "
+                   "and our settings block (set one with isocompute.KEY=VALUE); a config group cannot be null")
+# (id, recipe, override, piece of the one line): hydra's hint kept, and which recipes declare the key
+ENTRY_ROWS = [
+    ("our group set to null", "isocompute_hard", "isocompute=null", ISOCOMPUTE_NULL),
+    ("verl's group set to null", "cpu_demo", "data=null", "data=null: data is a config group, which cannot be null"),
+    ("a setting no recipe writes, without +", "isocompute_hard", "isocompute.data.task=products",
+     "Could not override 'isocompute.data.task': recipe isocompute_hard has no such key. To append to your config use "
+     "+isocompute.data.task=products; isocompute.data.task is a setting of ours (training/schema.py) that no recipe writes"),
+    ("a setting other recipes declare", "isocompute_hard", "isocompute.cpu.dtype=float32",
+     "Could not override 'isocompute.cpu.dtype': recipe isocompute_hard has no such key. To append to your config use "
+     "+isocompute.cpu.dtype=float32; isocompute.cpu.dtype is declared by recipe cpu_demo, +platform=cpu"),
+    ("a misspelt setting", "cpu_demo", "isocompute.modl=tiny",
+     "Could not override 'isocompute.modl': it is not a setting of ours; did you mean isocompute.model?"),
+]
+
+
+@pytest.mark.parametrize(("recipe", "override", "message"), [pytest.param(*r[1:], id=r[0]) for r in ENTRY_ROWS])
+def test_the_entry_point_refuses_an_override_its_recipe_cannot_take_in_one_line(monkeypatch, capsys, recipe, override,
+                                                                                message):
+    """``python -m verl_isocompute.main`` (its ``entry``, in this process): one line, exit status 2, nothing run."""
+    import os
+
+    from verl_isocompute import main as entry_point
+
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.setattr(entry_point, "run", lambda cfg: pytest.fail("the run started"))
+    argv = ["--config-name", recipe, override]
+    monkeypatch.setattr("sys.argv", ["main.py", *argv])
+    with pytest.raises(SystemExit) as info:
+        entry_point.entry(argv)
+    out, err = capsys.readouterr()
+    _check(info.value.code, out, err, 2, message, "isocompute")
+    assert "HYDRA_FULL_ERROR" not in os.environ  # set only while hydra composed the recipe
+
+
+@pytest.mark.parametrize(("recipe", "override", "message"), [pytest.param(*r[1:], id=r[0]) for r in ENTRY_ROWS])
+def test_the_recipe_loader_says_the_same(recipe, override, message):
+    """compose_recipe (the sweep, curation, allocate --recipe, the bench scripts): the same line, with the recipe and
+    the overrides it was given."""
+    from verl_isocompute.training.config import RecipeError, compose_recipe
+
+    with pytest.raises(RecipeError) as info:
+        compose_recipe(recipe, [override])
+    line = str(info.value)
+    assert line.startswith(f"recipe {recipe!r} with overrides {[override]}: ") and message in line and "\n" not in line
 
 
 @pytest.mark.parametrize(("change", "args", "status", "message"), [pytest.param(*r[1:], id=r[0]) for r in ALLOCATE_ROWS])

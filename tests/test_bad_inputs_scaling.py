@@ -139,7 +139,12 @@ FIT_ROWS = [
     Row("--bucket nan", _sweep_as_is, ("--bucket", "nan"), message="--bucket must be a finite number >= 0, got nan"),
     Row("--bucket inf", _sweep_as_is, ("--bucket", "inf"), message="--bucket must be a finite number >= 0, got inf"),
     Row("--bucket negative", _sweep_as_is, ("--bucket=-0.01",), message="--bucket must be a finite number >= 0"),
-    Row("--seed -1", _sweep_as_is, ("--bootstrap", "5", "--seed=-1"), message="--seed must be an integer >= 0, got -1"),
+    Row("--seed -1", _sweep_as_is, ("--bootstrap", "40", "--seed=-1"), message="--seed must be an integer >= 0, got -1"),
+    # issue 46: 1 or 2 resamples printed "95 %" intervals (one excluding its own estimate)
+    Row("--bootstrap 1", _sweep_as_is, ("--bootstrap", "1"),
+        message="--bootstrap must be 0 (no intervals) or at least 40, got 1 (the fewest resamples that give a 95 %"),
+    Row("--bootstrap 2", _sweep_as_is, ("--bootstrap", "2"), message="--bootstrap must be 0 (no intervals) or at least 40"),
+    Row("--bootstrap 39", _sweep_as_is, ("--bootstrap", "39"), message="--bootstrap must be 0 (no intervals) or at least 40"),
     Row("--ema 1", _sweep_as_is, ("--ema", "1"), message="--ema must be in [0, 1)"),
     Row("--k-max nan", _sweep_as_is, ("--k-max", "nan"), message="--k-max must be a finite number > 0.001"),
     Row("--window 0", _sweep_as_is, ("--window", "0"), message="--window must be an integer >= 1"),

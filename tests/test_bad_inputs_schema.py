@@ -50,6 +50,22 @@ RUN_ROWS = [
      "isocompute.per_prompt_n.enable='maybe': use true or false"),
     ("unknown key", [*PER_PROMPT, "+isocompute.per_prompt_n.nmin=3"],
      "unknown key isocompute.per_prompt_n.nmin: did you mean isocompute.per_prompt_n.n_min?"),
+    # issue 46: "use a text" did not say that hydra had read the value as a number, nor how to quote it
+    ("a number where a text is expected", ["isocompute.recipe=123"],
+     "isocompute.recipe=123: use a text; unquoted, 123 reads as a number: quote it for hydra, e.g. "
+     "'isocompute.recipe=\"123\"' on a shell command line"),
+    # issue 46: a data setting the chosen mode does not read was ignored without a word
+    ("products with operators", ["+isocompute.data.task=products", "+isocompute.data.operators=+-"],
+     "isocompute.data.task=products multiplies only, so isocompute.data.operators would be ignored"),
+    ("products with allow_parentheses", ["+isocompute.data.task=products", "+isocompute.data.allow_parentheses=false"],
+     "isocompute.data.task=products multiplies only, so isocompute.data.allow_parentheses would be ignored"),
+    ("a task with the worked source", ["isocompute.data.source=worked", "+isocompute.data.task=products"],
+     "isocompute.data.task=products has no effect with isocompute.data.source=worked: the problems are the worked chains"),
+    ("a task with files", ["isocompute.data.source=files", "+isocompute.data.task=products"],
+     "isocompute.data.task=products has no effect with isocompute.data.source=files: the problems are data.train_files, "
+     "read as they are"),
+    ("worked terms with arithmetic", ["+isocompute.data.terms=4"],
+     "isocompute.data.terms=4 has no effect with isocompute.data.source=arithmetic"),
 ]
 
 
@@ -127,3 +143,29 @@ def test_a_plan_that_turns_them_off_with_a_yaml_word_is_accepted(tmp_path, monke
     rc, out, err = _dry_run(tmp_path, monkeypatch, capsys, _plan(overrides))
     assert rc == 0, err
     assert BASE["recipe"] in out or "cell" in out
+
+
+def test_the_data_keys_left_alone_are_those_the_recipes_write():
+    """check_data_settings leaves alone the isocompute.data keys a recipe writes for every source (their value says
+    nothing of the command line): exactly those, read from the recipe files, so a key added to a recipe is named."""
+    from pathlib import Path
+
+    import verl_isocompute.recipes as recipes
+    from verl_isocompute.training.input_checks import RECIPE_DATA_KEYS
+
+    written = set()
+    for path in Path(recipes.__file__).parent.rglob("*.yaml"):
+        data = ((yaml.safe_load(path.read_text()) or {}).get("isocompute") or {}).get("data") or {}
+        written |= set(data)
+    assert written == set(RECIPE_DATA_KEYS)
+
+
+@pytest.mark.parametrize("overrides", [
+    pytest.param(["+isocompute.data.task=products"], id="products alone"),
+    pytest.param(["isocompute.data.source=worked", "+isocompute.data.terms=3", "+isocompute.data.digits=1"], id="worked"),
+    pytest.param(["+isocompute.data.task=basic_arithmetic", "+isocompute.data.operators=*"], id="arithmetic operators"),
+])
+def test_data_settings_the_source_reads_pass(overrides):
+    from verl_isocompute.training.config import check_config
+
+    assert check_config(_cfg(*overrides)) == []

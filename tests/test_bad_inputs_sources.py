@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import struct
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,8 +79,18 @@ def _wandb_log(path: Path, history: list[dict], config: dict) -> None:
     for record in records:
         data = record.SerializeToString()
         assert len(data) < 30_000 and (len(out) % 32768) + 7 + len(data) <= 32768  # one FULL chunk per record
-        out += struct.pack("<IHB", 0, len(data), 1) + data
+        crc = zlib.crc32(data, zlib.crc32(bytes([1])))  # wandb-core's: CRC-32 (IEEE) of the type byte and the data
+        out += struct.pack("<IHB", crc, len(data), 1) + data
     path.write_bytes(bytes(out))
+
+
+def _chunk_starts(data: bytes) -> list[int]:
+    """Where each chunk of a ``_wandb_log`` file starts (one FULL chunk per record, all in the first block)."""
+    starts, pos = [], 7
+    while pos < len(data):
+        starts.append(pos)
+        pos += 7 + struct.unpack_from("<H", data, pos + 4)[0]
+    return starts
 
 
 def _wandb(root: Path, sweep: pd.DataFrame, value=lambda run, row: row[METRIC]) -> dict[str, Path]:
@@ -144,6 +155,40 @@ def wandb_legacy_text_in_metric(tmp: Path, sweep) -> list[str]:
     return [str(tmp / "wandb")]
 
 
+def _damage_wandb(tmp: Path, sweep, damage: Callable[[bytearray, int], None]) -> list[str]:
+    """The sweep as wandb run logs, with ``damage(data, start)`` applied to the chunk in the middle of RUN's log."""
+    log = _wandb(tmp, sweep)[RUN]
+    data = bytearray(log.read_bytes())
+    starts = _chunk_starts(bytes(data))
+    damage(data, starts[len(starts) // 2])
+    log.write_bytes(bytes(data))
+    return [str(tmp / "wandb")]
+
+
+def wandb_damaged_chunk_length(tmp: Path, sweep) -> list[str]:
+    # a length past the end of the file: read as a record cut by a kill, the run kept its first half, exit 0
+    return _damage_wandb(tmp, sweep, lambda data, start: data.__setitem__(slice(start + 4, start + 6), b"\xff\x7f"))
+
+
+def wandb_damaged_chunk_type(tmp: Path, sweep) -> list[str]:
+    # a FULL chunk marked MIDDLE: appended to nothing and parsed alone
+    return _damage_wandb(tmp, sweep, lambda data, start: data.__setitem__(start + 6, 3))
+
+
+def wandb_flipped_byte_in_a_record(tmp: Path, sweep) -> list[str]:
+    # the last byte of a history record: the low byte of a float64 value, so it parses as another number
+    def flip(data: bytearray, start: int) -> None:
+        end = start + 7 + struct.unpack_from("<H", data, start + 4)[0]
+        data[end - 1] ^= 0x01
+    return _damage_wandb(tmp, sweep, flip)
+
+
+def wandb_cut_last_record(tmp: Path, sweep) -> list[str]:
+    log = _wandb(tmp, sweep)[RUN]
+    log.write_bytes(log.read_bytes()[:-5])  # a kill mid-write: the last record's chunk is incomplete
+    return [str(tmp / "wandb")]
+
+
 def csv_metric_all_text_in_one_run(tmp: Path, sweep) -> list[str]:
     frame = sweep.astype({METRIC: object})
     frame.loc[frame["run"] == RUN, METRIC] = "n/a"
@@ -174,6 +219,14 @@ ROWS = [
     Row("tensorboard: the last record cut off by a kill", cut_last_record, 0, "cut off mid-write and skipped"),
     Row("wandb: text in a numeric metric", wandb_text_in_metric, 2, f"run-{RUN}.wandb, step {{}}: {METRIC} is 'oops', not a number"),
     Row("wandb: the metric all text in one run", wandb_metric_all_text, 2, f"{METRIC} holds no number in that run"),
+    # issue 46: damage inside a .wandb file is never read as its end (7 of 30 points kept, exit 0) nor as data
+    Row("wandb: a damaged chunk length mid-file", wandb_damaged_chunk_length, 2,
+        f"run-{RUN}.wandb: damaged wandb run log: a chunk of 32767 bytes that would cross its 32 KiB block"),
+    Row("wandb: a damaged chunk type mid-file", wandb_damaged_chunk_type, 2,
+        f"run-{RUN}.wandb: damaged wandb run log: a chunk whose checksum does not match its data"),
+    Row("wandb: a flipped byte inside a record", wandb_flipped_byte_in_a_record, 2,
+        f"run-{RUN}.wandb: damaged wandb run log: a chunk whose checksum does not match its data"),
+    Row("wandb: the last record cut off by a kill", wandb_cut_last_record, 0, "cut off mid-write and skipped"),
     Row("wandb (files/wandb-history.jsonl): a list in the metric", wandb_legacy_text_in_metric, 2,
         f"wandb-history.jsonl, line 4: {METRIC} is [0.5], not a number"),
     Row("csv: the metric all text in one run", csv_metric_all_text_in_one_run, 2, f"{METRIC} is 'n/a', not a number"),

@@ -48,6 +48,18 @@ SWEEP_ROWS = [
      "is applied by the isocompute trainer only", True),
     ("reuse of log-probs off-policy", _plan(["actor_rollout_ref.actor.ppo_epochs=2"]),
      "isocompute.reuse_rollout_log_probs=true needs a fully on-policy recipe", True),
+    # issue 46: a misspelt rollout passed every check off the CPU platform and stopped a Ray worker after the model loaded
+    ("rollout name typo, platform auto", _plan(["isocompute.platform=auto", "actor_rollout_ref.rollout.name=vlm"]),
+     "actor_rollout_ref.rollout.name=vlm is not a rollout verl or this plugin provides (hf, vllm, sglang, trtllm): use vllm",
+     True),
+    ("rollout name typo, CPU platform", _plan(["actor_rollout_ref.rollout.name=vlm"]),
+     "actor_rollout_ref.rollout.name=vlm is not a rollout verl or this plugin provides (hf, vllm, sglang, trtllm): use hf "
+     "or vllm", True),
+    # issue 46: the seeds verl hands to torch, numpy and vLLM after Ray has started
+    ("data.seed past the samplers' range", _plan(["data.seed=99999999999999999999"]),
+     "data.seed=99999999999999999999: use a whole number from 0 to 4294967295", True),
+    ("a negative rollout seed", _plan(["actor_rollout_ref.rollout.seed=-1"]),
+     "actor_rollout_ref.rollout.seed=-1: use a whole number from 0 to 4294967295", True),
     ("absurd budget", _plan(budget_rollouts="1e30"), "pays cell b2_n4 for 1.25e+29 steps of 8 rollouts, more than 10,000,000", False),
     ("sweep_dir is a file", _plan(sweep_dir="a_file"), "a_file is a file; set sweep_dir in the plan", False),
     ("sweep_dir under a file", _plan(sweep_dir="a_file/sweep"), "cannot be made: ", False),
@@ -90,6 +102,54 @@ def _entry_point_refuses(tmp_path, monkeypatch, plan, message):
         os.environ.update(environ)
     assert message in str(info.value) and "\n" not in str(info.value)
     assert not (tmp_path / "run").exists()
+
+
+def _answers_file(path: Path, answers: list[str], data_source: str = "my_dataset") -> str:
+    import pandas as pd
+
+    rows = [{"data_source": data_source, "prompt": [{"role": "user", "content": f"q{i}"}],
+             "reward_model": {"style": "rule", "ground_truth": a}, "extra_info": {"index": i}} for i, a in enumerate(answers)]
+    pd.DataFrame(rows).to_parquet(path)
+    return str(path)
+
+
+@pytest.mark.parametrize(("answer", "refused"), [("literal", True), ("auto", False), ("equivalent", False)])
+def test_literal_grading_of_answers_that_are_not_numbers_is_refused_before_ray(tmp_path, monkeypatch, capsys, answer,
+                                                                               refused):
+    """Issue 46: ``isocompute.reward.answer=literal`` on reference answers such as ``\\frac{1}{3}`` passed every check
+    and raised on the first graded sample, in verl's reward worker after the model had loaded. The data files are
+    read before Ray: the sweep's dry run and the entry point refuse it in one line naming the file and the row;
+    ``auto`` (math-verify on a dataset of the user's) and ``equivalent`` grade them and pass."""
+    from verl_isocompute.training import config, prepare
+    from verl_isocompute.workflow.sweep.grid import cell_overrides
+    from verl_isocompute.workflow.sweep.plan import parse_plan
+    from verl_isocompute.workflow.sweep.preflight import compose
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)
+    data = _answers_file(tmp_path / "train.parquet", ["12", "-3", "\\frac{1}{3}", "7"])
+    plan = _plan([f"isocompute.reward.answer={answer}"], data={"train_files": data, "val_files": data})
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    rc = main(["sweep", "--plan", str(tmp_path / "plan.yaml"), "--dry-run"])
+    out, err = capsys.readouterr()
+    message = (f"isocompute.reward.answer=literal grades numbers, but data.train_files {data}, row 2: the reference "
+               "answer is '\\\\frac{1}{3}': set isocompute.reward.answer=equivalent (math-verify) for this data")
+    _check(rc, out, err, 2 if refused else 0, message if refused else "budget", "isocompute sweep")
+    # the entry point on the same cell: prepare(), which runs before verl is imported and Ray starts, refuses it
+    monkeypatch.setattr(prepare, "prepare_model", lambda cfg: None)  # the built-in model: not what is checked here
+    parsed = parse_plan(plan, base_dir=tmp_path)
+    cfg = compose(parsed.recipe, cell_overrides(parsed, parsed.runnable()[0], tmp_path / "run"))
+    environ = dict(os.environ)
+    try:
+        if refused:
+            with pytest.raises(config.RecipeError) as info:
+                prepare.prepare(cfg)
+            assert str(info.value) == message
+        else:
+            prepare.prepare(cfg)
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
 
 
 def test_a_sweep_dir_flag_naming_a_file_is_refused(tmp_path, monkeypatch, capsys):

@@ -41,6 +41,11 @@ SWEEP_ROWS = [
     ("fit not a mapping", _plan(fit=["bootstrap=0"]), [], 2, "fit must be a mapping"),
     ("fit group_by typo", _plan(fit={"group_by": "nn"}), [], 2, "group-by"),
     ("fit compute", _plan(fit={"compute": "flops"}), [], 2, "compute"),
+    ("fit bootstrap 2", _plan(fit={"bootstrap": 2}), [], 2, "bootstrap must be 0 (no intervals) or at least 40, got 2"),
+    # issue 46: a seed no sampler takes passed the dry run and failed after Ray started
+    ("seed past the samplers' range", _plan(seeds=[0, 99999999999999999999]), [], 2,
+     "seeds holds 99999999999999999999; every value must be at most 4,294,967,295 (each run's data.seed, "
+     "actor_rollout_ref.rollout.seed"),
     ("budget not a number", _plan(budget_rollouts="lots"), [], 2, "budget_rollouts must be a positive integer, got 'lots'"),
     ("budget below a step", _plan(budget_rollouts=4), [], 2, "raise budget_rollouts to at least 8"),
     ("max-concurrent flag", _plan(), ["--max-concurrent", "0"], 2, "--max-concurrent must be at least 1"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -149,15 +150,15 @@ def test_go_no_go_needs_a_gain_beyond_two_paired_ses_still_rising_at_the_end(tmp
     assert rows[3]["line"].endswith("+0.025: NO-GO; (b') GO") and rows[3]["change"] == pytest.approx(0.025)
 
 
-def _sweep_run(root: Path, n: int, seed: int, rewards: list[float], budget: int = 1024) -> None:
+def _sweep_run(root: Path, n: int, seed: int, rewards: list[float], budget: int = 1024, b_problem: int = 8) -> None:
     import json
 
-    cell = root / "cells" / f"b8_n{n}-s{seed}"
+    cell = root / "cells" / f"b{b_problem}_n{n}-s{seed}"
     cell.mkdir(parents=True)
-    per_step = 8 * n
-    rows = [{"header": {"n": n, "b_problem": 8}}] + [
-        {"step": i, "n": n, "b_problem": 8, "rollouts": i * per_step, "tokens": 0, "epoch": 0.0, "train/reward": r}
-        for i, r in enumerate(rewards, 1)]
+    per_step = b_problem * n
+    rows = [{"header": {"n": n, "b_problem": b_problem}}] + [
+        {"step": i, "n": n, "b_problem": b_problem, "rollouts": i * per_step, "tokens": 0, "epoch": 0.0,
+         "train/reward": r} for i, r in enumerate(rewards, 1)]
     (cell / "isocompute.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
 
 
@@ -181,13 +182,38 @@ def test_the_registered_rule_reads_the_sweep_as_written(tmp_path, small, large, 
     assert result["runs"]["n2-s0"]["q1"] == pytest.approx(sum(q1_n2) / 16)
 
 
+def test_cells_of_another_b_problem_are_left_out_and_named_not_mixed_in(tmp_path, capsys):
+    """Issue 46: cells of B_problem 16 sharing (n, seed) with the registered B_problem 8 replaced them in the rule
+    (one cell kept per (n, seed)): the verdict moved. The rule compares n at one B_problem; the others are named."""
+    for seed in range(3):
+        jitter = 0.01 * seed
+        _sweep_run(tmp_path / "b8", 2, seed, [r + jitter for r in _curve(0.5, 0.6, 64)])
+        _sweep_run(tmp_path / "b8", 8, seed, [r - jitter / 2 for r in _curve(0.3, 0.8, 16)])
+    alone = evidence_rules.nstar_verdict(tmp_path / "b8")
+    shutil.copytree(tmp_path / "b8", tmp_path / "mixed")
+    for seed in range(3):  # B_problem 16: n = 8 far ahead early, so mixed in they would flip the sign of D_q1
+        _sweep_run(tmp_path / "mixed", 2, seed, [0.1] * 32, b_problem=16)
+        _sweep_run(tmp_path / "mixed", 8, seed, [0.9] * 8, b_problem=16)
+    assert evidence_rules.nstar_verdict(tmp_path / "mixed") == alone
+    assert alone["verdict"] == "n* rises with C"
+    assert bench_evidence.main(["--stage", "verdict", "--from", str(tmp_path / "mixed")]) == 0
+    out = capsys.readouterr().out
+    assert "left out (B_problem 16, not 8): b16_n2-s0, b16_n2-s1, b16_n2-s2, b16_n8-s0, b16_n8-s1, b16_n8-s2" in out
+    assert out.rstrip().endswith(f"n* rises with C (B_problem 8, seeds [0, 1, 2]; Delta {bench_evidence.pm(alone['Delta'])})")
+    with pytest.raises(bench_evidence.BenchError, match=r"no finished cell of B_problem 4 \(B_problem 16, not 4: "):
+        evidence_rules.nstar_verdict(tmp_path / "mixed", b_problem=4)
+    result = evidence_rules.nstar_verdict(tmp_path / "mixed", b_problem=16, budget=1024)
+    assert result["runs"]["n8-s0"] == {"q1": 0.9, "q4": 0.9}  # --b-problem 16 reads the other cells alone
+
+
 def test_the_rule_waits_for_three_finished_seeds_of_both_n(tmp_path):
     for seed in range(3):
         _sweep_run(tmp_path, 2, seed, [0.5] * 64)
     for seed in range(2):
         _sweep_run(tmp_path, 8, seed, [0.5] * 16)
     _sweep_run(tmp_path, 8, 2, [0.5] * 15)  # stopped one step short of the budget
-    with pytest.raises(bench_evidence.BenchError, match=r"both finished seeds \[0, 1\]; the registered rule needs at least 3"):
+    with pytest.raises(bench_evidence.BenchError,
+                       match=r"both finished seeds \[0, 1\] at B_problem 8; the registered rule needs at least 3"):
         evidence_rules.nstar_verdict(tmp_path)
 
 

@@ -78,3 +78,10 @@ def test_missing_runs_and_runs_without_tis_are_one_line_each(tmp_path, capsys):
                    f"bench_tis: error: {tmp_path / 'vllm' / 'verl_metrics.jsonl'}: no actor/rollout_corr/* metrics; "
                    "the run had no truncated importance sampling",
                    "bench_tis: error: --steps 0: a run needs at least one training step"]
+
+
+def test_the_report_takes_any_steps_flag_it_does_not_use(tmp_path, capsys):
+    """Issue 46: ``--stage report --steps 0`` was refused for a count of training steps only the run stage uses."""
+    _write(tmp_path / "hf", [0.0, 0.002])
+    assert bench_tis.main(["--stage", "report", "--from", str(tmp_path), "--steps", "0"]) == 0
+    assert "| steps with any token above the cap of 2 | 1 of 2 |" in capsys.readouterr().out

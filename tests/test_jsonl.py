@@ -94,6 +94,10 @@ DAMAGE = [
      "line 2: not valid JSON"),
     ("a middle line that is not an object", _lines(_records(1)) + b"[1, 2]\n" + _lines(_records(3)), None,
      "line 2: expected a JSON object, got list"),
+    # issue 46: what no writer of these files could have begun is damage, not a torn tail (it was skipped as "cut")
+    ("a file that is one line of text", b"this is not a log\n", None, "line 1: not valid JSON"),
+    ("a last line of text", _lines(_records(1, 2)) + b"garbage\n", None, "line 3: not valid JSON"),
+    ("a file whose one line is cut by a kill", b'{"id": "p1", "st', [], "line 1: the last line is cut short"),
 ]
 
 

@@ -205,6 +205,13 @@ def test_no_module_over_the_limit_off_the_allowlist():
     assert {p: lines.get(p) for p in LONG_MODULES if lines.get(p, 0) <= MAX_LINES} == {}
 
 
+def test_no_benchmark_is_over_the_limit():
+    """The 400-line rule holds for benchmarks/ too (issue 42, item 5): a script over it is split by concept (its
+    report, its rules, the reading of run files), not chopped."""
+    lines = {p.name: len(p.read_text().splitlines()) for p in sorted((ROOT / "benchmarks").glob("*.py"))}
+    assert len(lines) >= 10 and {p: n for p, n in lines.items() if n > MAX_LINES} == {}
+
+
 def test_the_layer_map_names_only_existing_modules(imports):
     assert [p for p in LAYERS if p not in imports.modules] == []
 

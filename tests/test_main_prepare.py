@@ -9,7 +9,7 @@ import sys
 import pytest
 from hydra import compose, initialize_config_module
 
-from verl_isocompute.training.config import RecipeError, check_group_size
+from verl_isocompute.training.config import RecipeError, check_config, check_group_size
 from verl_isocompute.training.prepare import prepare, prepare_model, prepare_platform
 
 
@@ -48,9 +48,8 @@ def test_a_rollout_name_verl_does_not_have_is_refused_before_ray_starts():
     async not found"); it also must not be called a GPU rollout."""
     cfg = compose_recipe("cpu_demo", ["actor_rollout_ref.rollout.name=vlm"])
     with pytest.raises(RecipeError, match=r"^actor_rollout_ref.rollout.name=vlm is not a rollout verl or this plugin "
-                                          r"provides \(hf, vllm, sglang, trtllm\); on the CPU platform use "
-                                          r"actor_rollout_ref.rollout.name=hf or vllm$"):
-        prepare_platform(cfg)
+                                          r"provides \(hf, vllm, sglang, trtllm\): use hf or vllm$"):
+        check_config(cfg)
 
 
 def _find_spec_as_if(monkeypatch, missing=(), present=()):

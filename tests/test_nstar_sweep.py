@@ -31,13 +31,13 @@ def _close(got, want, path=""):
 
 @recorded
 def test_the_fixture_holds_whole_seeds_of_both_arms_run_to_the_budget():
-    import bench_learning
+    import run_files
 
     cells = sorted(p.name for p in (nstar_sweep.FIXTURE / "cells").iterdir())
     seeds = sorted({c.rsplit("-s", 1)[1] for c in cells})
     assert len(seeds) >= 3 and cells == sorted(f"b8_n{n}-s{s}" for s in seeds for n in (2, 8))
     for cell in cells:
-        log = bench_learning.read_log(nstar_sweep.FIXTURE / "cells" / cell)
+        log = run_files.read_log(nstar_sweep.FIXTURE / "cells" / cell)
         rows = [r for _, r in log.rows if r["step"] > 0]
         n = int(log.header["n"])
         assert [r["rollouts"] for r in rows] == [8 * n * i for i in range(1, len(rows) + 1)]

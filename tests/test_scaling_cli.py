@@ -37,7 +37,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 def test_fit_writes_every_output(sweep_dir, tmp_path, capsys):
     out = tmp_path / "fit"
     # one run per n: only the bootstrap over all runs makes intervals (over seeds it says they are not measured)
-    code = main([str(sweep_dir), "--out", str(out), "--bootstrap", "20", "--bootstrap-over", "runs",
+    code = main([str(sweep_dir), "--out", str(out), "--bootstrap", "40", "--bootstrap-over", "runs",
                  "--compare", "paper:qwen2.5-7b-easy"])
     captured = capsys.readouterr()
     assert code == 0, captured.err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 import subprocess
 import sys
 import textwrap
@@ -191,6 +192,36 @@ def test_wandb_log_cut_off_mid_record_keeps_the_complete_records(wandb_dir, tmp_
     steps, _ = _steps(logs, "offline-run-cut")
     assert 10 < len(steps) < 300 and np.array_equal(steps.index, np.arange(len(steps)))
     assert any("cut off" in note for note in logs.notes)
+
+
+def test_wandb_damage_inside_a_real_log_is_an_error_not_an_early_end(wandb_dir, tmp_path):
+    """Issue 46: a damaged chunk header two blocks in (its length, or one byte of its checksum) made the reader
+    stop there as if the file ended, keeping the steps before it. wandb's own log, damaged: each chunk's
+    checksum (CRC-32 of type and data, as wandb-core writes it) and block bounds are checked."""
+    (run_dir,) = [p for p in wandb_dir.iterdir() if p.name.startswith("offline-run-")]
+    (log,) = run_dir.glob("*.wandb")
+    data = log.read_bytes()
+    pos = 2 * 32 * 1024 + 100
+    for damage in (lambda d, at: d.__setitem__(slice(at + 4, at + 6), b"\xff\xff"),  # the length
+                   lambda d, at: d.__setitem__(at, d[at] ^ 0x10)):  # the checksum
+        broken = bytearray(data)
+        at = _chunk_after(data, pos)
+        damage(broken, at)
+        folder = tmp_path / f"offline-run-{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        (folder / log.name).write_bytes(bytes(broken))
+        with pytest.raises(ScalingError, match=rf"damaged wandb run log: .* at byte {at} \(\d+ records read before it"):
+            load_runs([folder])
+
+
+def _chunk_after(data: bytes, pos: int) -> int:
+    """The first chunk of a .wandb log that starts at or after byte ``pos`` (walking the LevelDB framing)."""
+    at = 7
+    while at < pos:
+        block_end = (at // 32768 + 1) * 32768
+        crc, length, kind = struct.unpack_from("<IHB", data, at) if block_end - at >= 7 else (0, 0, 0)
+        at = block_end if (crc, length, kind) == (0, 0, 0) else at + 7 + length
+    return at
 
 
 def test_wandb_damaged_log_is_one_clear_error(tmp_path):

@@ -406,7 +406,7 @@ def test_fit_reads_the_seeds_of_one_n_as_seeds(tmp_path):
     import pandas as pd
 
     plan = _plan(tmp_path, budget_rollouts=1024, b_problem=[2], n=[2, 4, 8, 16], seeds=[0, 1, 2],
-                 fit={"bootstrap": 20, "bootstrap_over": "seeds"})
+                 fit={"bootstrap": 40, "bootstrap_over": "seeds"})
     sweep = _sweep(plan, FakeExecutor())
     sweep.run()
     fit = sweep.fit()

@@ -5,10 +5,12 @@ log, verl's file logger, curation's sample cache and rejection rounds, the prefi
 the gzip traces file), so a kill can leave exactly one kind of damage: the last line cut short. The
 policy, the same for every such file:
 
-- a last line that is not valid JSON is a write cut by a kill: it is skipped, and reported in one line
+- a last line that is not valid JSON but begins as every line of these files does (``{``, or ``[``:
+  :func:`begun_as_json`) is a write cut by a kill: it is skipped, and reported in one line
   (:attr:`JsonlFile.note`; :func:`read_jsonl` prints it unless the caller reports it itself);
-- any other line that is not valid JSON is damage nobody can explain: one error naming the file and the
-  line (:class:`JsonlError`), never a silent skip, so no line is lost without a word;
+- any other line that is not valid JSON, the last one included when it could not be the start of a line
+  (text, a file that is one line of something else), is damage nobody can explain: one error naming the
+  file and the line (:class:`JsonlError`), never a silent skip, so no line is lost without a word;
 - blank lines are ignored and a UTF-8 byte-order mark is accepted; a ``.gz`` file is a gzip stream of
   such lines, and a stream cut by a kill (no end marker) is read up to where it stops.
 
@@ -134,13 +136,20 @@ def read_jsonl(path: str | os.PathLike, report: bool = True) -> JsonlFile:
         try:
             result.objects.append((no, json.loads(line)))  # json.loads refuses two values on one line
         except ValueError:
-            if i == len(lines) - 1:
+            if i == len(lines) - 1 and begun_as_json(line):
                 result.cut_last_line, result.cut_line_no = True, no
                 continue
             raise JsonlError(f"{path}, line {no}: not valid JSON; fix or remove that line") from None
     if report and result.cut_last_line:
         _report(result)
     return result
+
+
+def begun_as_json(line: str) -> bool:
+    """Can ``line``, not valid JSON, be one of these files' lines cut short by a kill? Every writer of them
+    (ours, verl's file logger, wandb's old history file) writes one JSON object, or array, per line, so a cut
+    line begins with ``{`` or ``[``; anything else was never such a line."""
+    return line.lstrip().startswith(("{", "["))
 
 
 _REPORTED: set[tuple[str, int | None, int]] = set()

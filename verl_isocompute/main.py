@@ -7,7 +7,9 @@ own TaskRunner: the run is an ordinary verl run. ``python -m verl.trainer.main_p
 resolves to the same config (docs/STOCK_VERL.md); this entry point adds the CPU platform switch
 (``VERL_PLATFORM=cpu`` must be set before verl is imported) and checks before Ray starts.
 
-Overrides work as in verl (``actor_rollout_ref.rollout.n=8``); new keys need ``+key=value``.
+Overrides work as in verl (``actor_rollout_ref.rollout.n=8``); new keys need ``+key=value``. An override the recipe
+cannot take is one line naming the fix (:func:`entry`): a key it does not have (with hydra's hint, and which
+recipes declare it), a config group set to null (``isocompute=null``).
 
 SIGTERM or SIGINT (Ctrl-C) stops the run: the Ray instance it started is shut down (no verl or Ray
 process is left), the run directory is kept, and the exit status is 128 + the signal number (143, 130)
@@ -44,10 +46,20 @@ def run(cfg: DictConfig) -> None:
     run_ppo(cfg, task_runner_class=TaskRunnerV1)
 
 
-@hydra.main(config_path="pkg://verl_isocompute.recipes", config_name="cpu_demo", version_base=None)
+DEFAULT_RECIPE = "cpu_demo"
+# Set by entry() while hydra composes the recipe, unless the user had set it: hydra then raises a composition error
+# to entry() instead of printing it over several lines (main() unsets it: the run's own errors are reported as before).
+_FULL_ERROR = "HYDRA_FULL_ERROR"
+_set_here = False  # whether entry() set it
+
+
+@hydra.main(config_path="pkg://verl_isocompute.recipes", config_name=DEFAULT_RECIPE, version_base=None)
 def main(cfg: DictConfig) -> None:
     from verl_isocompute.cpu.shm import removing_shared_memory
     from verl_isocompute.workflow import launch
+
+    if _set_here:
+        os.environ.pop(_FULL_ERROR, None)
 
     try:
         with removing_shared_memory(), launch.shutting_down_ray_on_error():
@@ -81,8 +93,33 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
+def entry(argv: list[str]) -> None:
+    """:func:`main` with the command line ``argv``: an error composing the recipe (a key it does not have, a config
+    group set to null, an override hydra cannot parse) is one line naming the fix
+    (:func:`~verl_isocompute.training.recipe_keys.composition_error`) and exit status 2, as our other errors."""
+    global _set_here
+    _set_here = _FULL_ERROR not in os.environ  # a user's HYDRA_FULL_ERROR=1 keeps hydra's full report
+    if _set_here:
+        os.environ[_FULL_ERROR] = "1"
+    try:
+        main()
+    except Exception as exc:
+        if not _set_here or _FULL_ERROR not in os.environ:  # raised by the run, after main() began
+            raise
+        from verl_isocompute.training.recipe_keys import composition_error
+
+        names = [a.split("=", 1)[1] if "=" in a else b for a, b in zip(argv, [*argv[1:], ""])
+                 if a.split("=", 1)[0] in ("--config-name", "-cn")]
+        overrides = [a for a in argv if "=" in a and not a.startswith("-")]
+        print(f"isocompute: error: {composition_error(exc, (names or [DEFAULT_RECIPE])[-1], overrides)}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        if _set_here:
+            os.environ.pop(_FULL_ERROR, None)
+
+
 if __name__ == "__main__":
     # relative paths (isocompute.run_dir) are this directory, also in verl's Ray processes (they inherit it)
     os.environ[LAUNCH_DIR_ENV] = os.getcwd()
     resolvers.ENTRY_SETS_PLATFORM = True  # `--cfg job --resolve` resolves trainer.device as a run would
-    main()
+    entry(sys.argv[1:])

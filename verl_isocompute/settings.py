@@ -142,6 +142,11 @@ def _value(key: str, value: Any, tp: Any, limits: dict[str, Any]) -> Any:
         except ValueError as exc:
             raise SettingsError(f"{key}={value!r}: {exc}") from None
     if tp is str:
+        if isinstance(value, (bool, int, float)) and "choices" not in limits:  # hydra and YAML read 123, true unquoted
+            shown = str(value).lower() if isinstance(value, bool) else str(value)
+            kind = "boolean" if isinstance(value, bool) else "number"
+            raise SettingsError(f"{key}={shown}: use {_expected(tp, limits)}; unquoted, {shown} reads as a {kind}: quote it "
+                                f"for hydra, e.g. '{key}=\"{shown}\"' on a shell command line")
         if not isinstance(value, str):
             raise SettingsError(f"{key}={value!r}: use {_expected(tp, limits)}")
         if "choices" in limits and value not in limits["choices"]:

@@ -16,3 +16,6 @@ TRAIN_FILES = "data.train_files"
 VAL_FILES = "data.val_files"
 DATA_SEED = "data.seed"  # the order of the training set (verl's sampler shuffles with it)
 ROLLOUT_SEED = "actor_rollout_ref.rollout.seed"  # the rollout's sampling
+# The largest seed every sampler a run seeds takes: verl's sampler seeds a torch generator with data.seed (up to
+# 2**64 - 1), vLLM seeds Python, numpy and torch with rollout.seed, and numpy's np.random.seed takes 0 .. 2**32 - 1.
+MAX_SEED = 2**32 - 1

@@ -10,8 +10,10 @@ What it shows: the whole pipeline running on a CPU (rollout, reward, GRPO update
 validation). What it does not show: learning. Four steps of 32 rollouts barely move a 135M model, and 8
 validation problems x 4 samples measure avg@4 to about +-0.04: the summary prints each validation with its
 standard error over problems, the paired change from before to after with its standard error (and says
-when it is within noise), and the training reward per step with its trend. A run that does learn, with
-the numbers and the command that reproduces it, is in docs/EVIDENCE.md.
+when it is within noise), and the training reward of each step. No trend is fitted to those: each step's
+reward is the mean of B_problem x n rollouts on problems of its own (8 x 4 in the recipe, sampling noise
+about +-0.1 per step), and a line through 4 such points reads as "rising" or "falling" on noise alone. A
+run that does learn, with the numbers and the command that reproduces it, is in docs/EVIDENCE.md.
 """
 
 from __future__ import annotations
@@ -83,32 +85,9 @@ def validation_change(run_dir: Path, k: int | None = None) -> metrics.Validation
         return None
 
 
-def reward_trend(rewards: list[float]) -> dict | None:
-    """Least-squares slope of the training reward per step, with its standard error (scipy's linregress);
-    None with fewer than 3 steps. Each step's reward is a mean over that step's rollouts of other problems,
-    so the points are noisy: the slope's SE says how much of the trend is noise."""
-    if len(rewards) < 3:
-        return None
-    from scipy.stats import linregress
-
-    fit = linregress(range(1, len(rewards) + 1), rewards)
-    return {"slope": float(fit.slope), "slope_se": float(fit.stderr)}
-
-
-def describe_trend(trend: dict | None, noise_z: float = metrics.NOISE_Z) -> str:
-    """The training-reward trend in words, with the same noise rule as the validation change."""
-    if trend is None:
-        return "too few steps for a trend"
-    slope, se = trend["slope"], trend["slope_se"]
-    size = f"{slope:+.3f}".replace("-0.000", "+0.000") + f" ± {se:.3f} per step"
-    if se > 0 and abs(slope) < noise_z * se or slope == 0:
-        return f"{size}: flat within noise"
-    return f"{size}: {'rising' if slope > 0 else 'falling'}"
-
-
 def summarize(run_dir: Path, wall_s: float) -> dict:
     """Steps, rollouts, validation avg@k before/after with standard errors and the paired change, and the
-    training reward per step with its trend, from the run's files."""
+    training reward per step (no trend: see the module docstring), from the run's files."""
     rows = _metric_rows(run_dir / VERL_METRICS)
     train = [r for r in rows if is_training_step(r["data"])]
     vals = [(r["step"], _val_reward(r["data"])) for r in rows if _val_reward(r["data"]) is not None]
@@ -125,7 +104,6 @@ def summarize(run_dir: Path, wall_s: float) -> dict:
     k = int(cfg.actor_rollout_ref.rollout.val_kwargs.n) if cfg is not None else None
     change = validation_change(run_dir, k)
     rewards = [float(r["data"]["critic/score/mean"]) for r in train if "critic/score/mean" in r["data"]]
-    trend = reward_trend(rewards)
     summary = {
         "steps": len(train),
         "rollouts": rollouts,
@@ -139,8 +117,8 @@ def summarize(run_dir: Path, wall_s: float) -> dict:
         "val_change_se": change.change_se if change else None,
         "val_verdict": metrics.describe_change(change) if change else None,
         "train_reward": rewards,
-        "train_reward_trend": trend,
-        "train_reward_verdict": describe_trend(trend),
+        # B_problem as the run resolved it (hydra's saved config keeps the recipe's interpolations, e.g. the allocation's)
+        "train_problems_per_step": next((r["b_problem"] for r in reversed(run_log) if "b_problem" in r), None),
         "wall_s": round(wall_s, 1),
         "run_dir": str(run_dir),
     }
@@ -148,8 +126,8 @@ def summarize(run_dir: Path, wall_s: float) -> dict:
 
 
 def format_summary(summary: dict) -> str:
-    """What the demo prints at the end: the run, the validation with its noise, the reward trend, and what
-    a few steps can and cannot show."""
+    """What the demo prints at the end: the run, the validation with its noise, the training reward of each
+    step (what it is a mean of, and why no trend is drawn from it), and what a few steps can and cannot show."""
 
     def fmt(x, se=None):
         if x is None:
@@ -168,8 +146,10 @@ def format_summary(summary: dict) -> str:
         lines.append(f"  change: {summary['val_verdict']}")
     rewards = summary.get("train_reward") or []
     if rewards:
-        lines.append(f"training reward by step: {' '.join(f'{r:.2f}' for r in rewards)}   "
-                     f"trend: {summary['train_reward_verdict']}")
+        problems_per_step = summary.get("train_problems_per_step")
+        each = f"each step on {problems_per_step} problems of its own" if problems_per_step else "each step on problems of its own"
+        lines.append(f"training reward by step: {' '.join(f'{r:.2f}' for r in rewards)}   ({each}; "
+                     "too few, and too noisy, to read a trend from: the validation change above is the measure)")
     lines.append(
         "  (the demo shows the whole pipeline running; a few steps on a 135M model are not expected to move "
         "validation beyond noise: for a run that learns, see docs/EVIDENCE.md)"

@@ -82,6 +82,13 @@ class ArithmeticConfig:
             if changed:
                 raise ValueError(f"isocompute.data.task={self.task}: its numbers have fixed sizes, so "
                                  f"{', '.join(changed)} do not apply; leave them unset")
+        if self.task == "products":  # reasoning-gym's products generator draws * only, unbracketed
+            changed = [k for k in ("operators", "allow_parentheses")
+                       if getattr(self, k) != type(self).__dataclass_fields__[k].default]
+            if changed:
+                raise ValueError(f"isocompute.data.task=products multiplies only, so "
+                                 f"{', '.join(f'isocompute.data.{k}' for k in changed)} would be ignored: leave it "
+                                 "unset, or use task=basic_arithmetic with operators='*'")
 
     @property
     def name(self) -> str:

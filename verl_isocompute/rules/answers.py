@@ -78,14 +78,21 @@ def number_value(text: str) -> Fraction | None:
     return Fraction(text.replace(",", "").replace("−", "-"))
 
 
-def literal_correct(pred: str, ground_truth: str) -> bool:
-    """Is the extracted answer ``pred`` a number written out with the reference's value?"""
+def literal_reference(ground_truth: str, where: str = "a reference answer") -> Fraction:
+    """The value of a reference answer ``literal`` grading compares with; one that is not a number written out is
+    a :class:`RewardSettingError` naming it (``where``: where it was found)."""
     gold = number_value(ground_truth)
     if gold is None:
         raise RewardSettingError(
-            f"{ANSWER_KEY}=literal grades numbers, but a reference answer is {ground_truth[:60]!r}: "
+            f"{ANSWER_KEY}=literal grades numbers, but {where} is {ground_truth[:60]!r}: "
             f"set {ANSWER_KEY}=equivalent (math-verify) for this data"
         )
+    return gold
+
+
+def literal_correct(pred: str, ground_truth: str) -> bool:
+    """Is the extracted answer ``pred`` a number written out with the reference's value?"""
+    gold = literal_reference(ground_truth)
     value = number_value(pred)
     return value is not None and value == gold
 

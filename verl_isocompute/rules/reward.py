@@ -172,7 +172,8 @@ def extract_answer(solution_str: str) -> str:
     return _answer_expression(rest.partition("\n")[0].lstrip("$"), delimited=False)
 
 
-def _normalise_ground_truth(ground_truth: Any) -> str:
+def reference_answer(ground_truth: Any) -> str:
+    """The reference answer as :func:`compute_score` grades against it: its last ``\\boxed{}``, if any, without ``$``."""
     text = str(ground_truth).strip()
     boxed = _last_boxed(text)
     return (boxed if boxed is not None else text).strip().strip("$").strip()
@@ -362,7 +363,7 @@ os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 def verify_answer(pred: str, ground_truth: Any, timeout_seconds: float | None = None) -> bool:
     """Is the extracted answer ``pred`` equal to ``ground_truth``? False if unverifiable within the bound."""
-    gold = _normalise_ground_truth(ground_truth)
+    gold = reference_answer(ground_truth)
     if not pred or not gold:
         return False
     timeout = TIMEOUT_SECONDS if timeout_seconds is None else float(timeout_seconds)
@@ -390,7 +391,7 @@ def compute_score(
     Returns ``score``, ``acc``, ``pred`` (the extracted answer, "" if none: the keys of verl's DAPO math reward)
     and the format diagnostics of :func:`verl_isocompute.rules.answers.diagnostics`.
     """
-    pred, gold = extract_answer(solution_str or ""), _normalise_ground_truth(ground_truth)
+    pred, gold = extract_answer(solution_str or ""), reference_answer(ground_truth)
     if answers.answer_mode(answer, data_source) == answers.LITERAL:
         correct = answers.literal_correct(pred, gold)
     else:

@@ -27,6 +27,11 @@ from verl_isocompute.scaling.fit_defaults import (
 from verl_isocompute.settings import setting
 
 
+# The fewest resamples that define the 2.5th and 97.5th percentiles of a 95 % percentile interval: with B resamples
+# each tail holds (B + 1) x 0.025 of them (Davison & Hinkley, "Bootstrap Methods and their Application", 1997),
+# at least one only from 39 on; with 1 or 2 the "interval" is the resamples themselves.
+MIN_BOOTSTRAP = 40
+
 # The settings classes' one suffix (0.2): the old name works for one release.
 __getattr__ = _compat.moved_names(__name__, {}, renamed={"FitOptions": "FitConfig"})
 
@@ -53,7 +58,8 @@ class FitConfig:
     ema: float = setting(0.0, "per-run EMA smoothing of the metric, weight of the past in [0, 1); 0 = off")
     window: int = setting(DEFAULT_WINDOW, "running-average window over the n*(C) grid, in grid points (20 per decade)")
     k_max: float = setting(K_MAX, "upper bound on the sigmoid's k")
-    bootstrap: int = setting(DEFAULT_BOOTSTRAP, "bootstrap resamples for confidence intervals; 0 = none")
+    bootstrap: int = setting(DEFAULT_BOOTSTRAP, "bootstrap resamples for 95 % confidence intervals: 0 = none, else at "
+                                                f"least {MIN_BOOTSTRAP}")
     bootstrap_over: str = setting(
         DEFAULT_BOOTSTRAP_OVER, "what the bootstrap resamples: seeds = each n's runs among its own, so the intervals "
         "carry run-to-run variation (with one run per n it is not measured: no intervals, and the fit says so); "
@@ -139,6 +145,9 @@ class FitConfig:
         bootstrap = integer("bootstrap")
         if bootstrap is None or bootstrap < 0:
             refuse("bootstrap", "an integer >= 0", "resamples over runs; 0 = no intervals")
+        if 0 < bootstrap < MIN_BOOTSTRAP:
+            refuse("bootstrap", f"0 (no intervals) or at least {MIN_BOOTSTRAP}", "the fewest resamples that give a 95 % "
+                   f"interval a resample beyond each end; {DEFAULT_BOOTSTRAP} is the default")
         seed = integer("seed")
         if seed is None or seed < 0:
             refuse("seed", "an integer >= 0", "the bootstrap's random generator takes no negative seed")

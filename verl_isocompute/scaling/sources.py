@@ -16,9 +16,13 @@ libraries, only when those are installed (verl's ``verl-core`` extra installs bo
 * **wandb**: a run directory ``wandb/run-<date>-<id>/`` or ``wandb/offline-run-<date>-<id>/``. wandb
   0.10+ keeps a run's history only in its transaction log ``run-<id>.wandb``: records of wandb's own
   protobuf ``Record`` (``wandb.proto.wandb_internal_pb2``), framed as a LevelDB log (a 7-byte header
-  ``:W&B`` + magic + version, then 32 KiB blocks of chunks ``crc32c(4) length(2) type(1) data`` with type
-  full / first / middle / last; wandb-core's ``store`` package). The history rows, the run's name and
-  its config are read from it; a last record cut off by a kill is skipped. Older wandb wrote
+  ``:W&B`` + magic ``0xBEE1`` + version 0, then 32 KiB blocks of chunks ``crc(4) length(2) type(1) data``,
+  type full / first / middle / last, crc the CRC-32 (zlib's, not LevelDB's CRC-32C) of type and data, as
+  wandb-core's ``store`` writes it). Its history rows, name and config are read, with every check the format
+  allows, as wandb's own reader makes them (chunk checksums, chunks within their block, in order): only a file
+  ending inside its last chunk is a write cut by a kill (skipped, said so); any other failure is damage that
+  would read as an early end or as wrong numbers: an error naming the file, the byte and the records read.
+  Older wandb wrote
   ``files/wandb-history.jsonl`` (one JSON row per step, ``_step``) and ``files/config.yaml``
   (``key: {value: ...}``); those are read too, without the wandb package.
 
@@ -39,6 +43,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +53,7 @@ from typing import Any
 import pandas as pd
 
 from verl_isocompute import verl_keys
+from verl_isocompute.jsonl import JsonlError, read_jsonl
 from verl_isocompute.runlog import WITH_CURATION, WITH_GUIDANCE, metric_key
 from verl_isocompute.scaling.errors import ScalingError
 
@@ -68,9 +74,9 @@ INSTALL = {
 
 # The LevelDB log framing of a .wandb file (see the module docstring).
 _WANDB_MAGIC = b":W&B"
-_WANDB_HEADER = 7
+_WANDB_START = struct.pack("<4sHB", _WANDB_MAGIC, 0xBEE1, 0)  # ident, magic, version: what wandb's reader accepts
 _BLOCK = 32 * 1024
-_CHUNK_HEADER = struct.Struct("<IHB")  # crc32c, length, type
+_CHUNK_HEADER = struct.Struct("<IHB")  # crc (CRC-32 of type + data), length, type
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 
 
@@ -299,7 +305,8 @@ def _wandb_key(item: Any) -> str:
 
 
 def _wandb_records(log: Path) -> tuple[list[Any], bool]:
-    """The protobuf records of a ``.wandb`` log, and whether its last record was cut off."""
+    """The protobuf records of a ``.wandb`` log, and whether its last record was cut off (see the module
+    docstring: a cut is the file ending inside its last chunk; any other failed check is damage, an error)."""
     try:
         from google.protobuf.message import DecodeError
         from wandb.proto import wandb_internal_pb2
@@ -308,69 +315,71 @@ def _wandb_records(log: Path) -> tuple[list[Any], bool]:
     data = log.read_bytes()
     if data[: len(_WANDB_MAGIC)] != _WANDB_MAGIC:
         raise ScalingError(f"{log}: not a wandb run log (it does not start with {_WANDB_MAGIC!r})")
-    records, pending, pos, cut = [], b"", _WANDB_HEADER, False
+    if len(data) >= len(_WANDB_START) and data[: len(_WANDB_START)] != _WANDB_START:
+        raise ScalingError(f"{log}: a wandb run log of another format (header {data[:7]!r}, not {_WANDB_START!r}, wandb "
+                           "0.10 and later's); read a CSV export of the run instead")
+    records: list[Any] = []
+    pending, pos = None, len(_WANDB_START)  # pending: the record being assembled from first / middle chunks
+
+    def damaged(what: str) -> ScalingError:
+        return ScalingError(f"{log}: damaged wandb run log: {what} at byte {pos} ({len(records)} records read before it; "
+                            "the rest cannot be trusted); export the run as CSV from wandb, or leave it out")
+
     while pos < len(data):
-        left = _BLOCK - pos % _BLOCK
-        if left < _CHUNK_HEADER.size:  # block trailer: zero padding
-            pos += left
+        block_end = (pos // _BLOCK + 1) * _BLOCK
+        if block_end - pos < _CHUNK_HEADER.size:  # block trailer: zero padding
+            pos = block_end
             continue
         if pos + _CHUNK_HEADER.size > len(data):
-            cut = True
-            break
-        _, length, kind = _CHUNK_HEADER.unpack_from(data, pos)
-        if kind == 0 and length == 0:  # the rest of the block is padding
-            pos += left
+            return records, True  # the file ends inside a chunk header: a write cut by a kill
+        crc, length, kind = _CHUNK_HEADER.unpack_from(data, pos)
+        if (crc, length, kind) == (0, 0, 0):  # the rest of the block is padding
+            pos = block_end
             continue
-        chunk = data[pos + _CHUNK_HEADER.size : pos + _CHUNK_HEADER.size + length]
-        if len(chunk) < length:
-            cut = True
-            break
-        pos += _CHUNK_HEADER.size + length
-        if kind in (_FULL, _FIRST):
-            pending = chunk
-        elif kind in (_MIDDLE, _LAST):
-            pending += chunk
-        else:
-            raise ScalingError(
-                f"{log}: damaged wandb run log (chunk type {kind} at byte {pos}); read a CSV export instead"
-            )
+        if (end := pos + _CHUNK_HEADER.size + length) > block_end:
+            raise damaged(f"a chunk of {length} bytes that would cross its 32 KiB block")
+        if end > len(data):
+            return records, True  # the file ends inside the chunk's data: a write cut by a kill
+        chunk = data[pos + _CHUNK_HEADER.size : end]
+        if zlib.crc32(chunk, zlib.crc32(bytes([kind]))) != crc:
+            raise damaged("a chunk whose checksum does not match its data")
+        if kind not in (_FULL, _FIRST, _MIDDLE, _LAST):
+            raise damaged(f"a chunk of unknown type {kind}")
+        if (pending is None) == (kind in (_MIDDLE, _LAST)):
+            raise damaged("a record's chunks out of order (first / middle / last)")
+        pending = bytearray(chunk) if kind in (_FULL, _FIRST) else pending + chunk
         if kind in (_FULL, _LAST):
             record = wandb_internal_pb2.Record()
             try:
-                record.ParseFromString(pending)
+                record.ParseFromString(bytes(pending))
             except DecodeError:
-                raise ScalingError(f"{log}: damaged wandb record near byte {pos}; read a CSV export instead") from None
+                raise damaged("a record that is not a wandb protobuf Record") from None
             records.append(record)
-            pending = b""
-    return records, cut or bool(pending)
+            pending = None
+        pos = end
+    return records, pending is not None
 
 
 def _read_wandb_history(folder: Path, history: Path) -> SourceRun:
     import yaml
 
+    try:  # the package's one policy for JSON lines: a cut last line is skipped, any other bad line refused
+        jsonl = read_jsonl(history, report=False)
+        jsonl.dicts()
+    except JsonlError as exc:
+        raise ScalingError(f"{exc}; or read a CSV export of the run") from None
     rows = _Rows()
-    cut = False
-    lines = history.read_text().splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            if i == len(lines) - 1:  # cut off mid-write
-                cut = True
-                continue
-            raise ScalingError(f"{history}, line {i + 1}: not JSON; read a CSV export instead") from None
-        step = obj.get("_step", i)
+    for no, obj in jsonl.objects:
+        step = obj.get("_step", no - 1)
         for key, value in obj.items():
             if not key.startswith("_"):
-                rows.add(step, key, value, f"{history}, line {i + 1}")
+                rows.add(step, key, value, f"{history}, line {no}")
     config_file = folder / "files" / "config.yaml"
     config = {}
     if config_file.is_file():
         loaded = yaml.safe_load(config_file.read_text()) or {}
         config = {k: v.get("value") if isinstance(v, dict) and "value" in v else v for k, v in loaded.items()}
-    return rows.run(_shown(folder), history, _header(config), cut)
+    return rows.run(_shown(folder), history, _header(config), jsonl.cut_last_line)
 
 
 def _header(config: dict[str, Any]) -> dict[str, Any]:

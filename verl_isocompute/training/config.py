@@ -10,7 +10,7 @@ resolves the same way.
 :func:`check_config` makes every check that needs nothing built or started: first the ``isocompute`` block
 against its schema (:mod:`verl_isocompute.training.schema`: each key's type and range, unknown keys), then
 the rules that need more than the block: the platform (a GPU-only rollout, vLLM without its CPU build, or FSDP1
-on the CPU platform is refused), the estimator, group sizes, the isocompute trainer's
+on the CPU platform is refused), the rollout's name (on every platform), the estimator, group sizes, the isocompute trainer's
 settings, the LR rule and the allocation, the reuse of the rollout's log-probs. A key the allocation decides
 (n, B_problem, steps, lr) that the command line also sets is an error naming both values. Each check raises
 :class:`RecipeError`, one line naming the key and the fix. What a run builds (the model, data, a guided
@@ -29,6 +29,9 @@ from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.rules import answers
 from verl_isocompute.training import resolvers, schema
 from verl_isocompute.training.adaptive_config import check_adaptive
+from verl_isocompute.training.input_checks import check_data_settings, check_seeds
+from verl_isocompute.training.input_checks import show as _show  # a config value as written on the command line
+from verl_isocompute.training.recipe_keys import RECIPES_MODULE, composition_error
 from verl_isocompute.training.conf import select
 from verl_isocompute.rules.lr import VERL_WARMUP_SCHEDULE
 from verl_isocompute.rules.names import (
@@ -94,13 +97,6 @@ def check_platform(cfg: DictConfig) -> None:
             "(VERL_PLATFORM=cpu / isocompute.platform=cpu): set actor_rollout_ref.rollout.name=hf, "
             "or run on a GPU machine with isocompute.platform=auto"
         )
-    elif rollout not in (None, ROLLOUT_NAME):
-        # verl would stop in a Ray worker, with an assertion, after the model loaded
-        known = ", ".join((ROLLOUT_NAME, VLLM_ROLLOUT, *GPU_ONLY_ROLLOUTS))
-        raise RecipeError(
-            f"actor_rollout_ref.rollout.name={rollout} is not a rollout verl or this plugin provides ({known}); "
-            f"on the CPU platform use actor_rollout_ref.rollout.name={ROLLOUT_NAME} or {VLLM_ROLLOUT}"
-        )
     for role in ("actor", "ref"):
         strategy = select(cfg, f"actor_rollout_ref.{role}.strategy")
         if strategy not in (None, "fsdp2"):
@@ -108,6 +104,19 @@ def check_platform(cfg: DictConfig) -> None:
                 f"actor_rollout_ref.{role}.strategy={strategy}: on the CPU platform only fsdp2 works "
                 f"(FSDP1 needs a GPU to sync module states); set actor_rollout_ref.{role}.strategy=fsdp2"
             )
+
+
+def check_rollout_name(cfg: DictConfig) -> None:
+    """``actor_rollout_ref.rollout.name`` must be a rollout verl (its registry, kept in step with
+    :data:`GPU_ONLY_ROLLOUTS` and :data:`VLLM_ROLLOUT` by tests/test_import_contract.py) or this plugin provides, on
+    every platform: verl would stop in a Ray worker, with an assertion, after the model loaded."""
+    rollout = select(cfg, "actor_rollout_ref.rollout.name")
+    known = (ROLLOUT_NAME, VLLM_ROLLOUT, *GPU_ONLY_ROLLOUTS)
+    if rollout is not None and rollout not in known:
+        on_cpu = PLATFORM_NAME in (select(cfg, "isocompute.platform"), os.environ.get("VERL_PLATFORM", "").strip().lower())
+        use = f"{ROLLOUT_NAME} or {VLLM_ROLLOUT}" if on_cpu else f"{VLLM_ROLLOUT} (the recipes'), sglang or trtllm"
+        raise RecipeError(f"actor_rollout_ref.rollout.name={rollout} is not a rollout verl or this plugin provides "
+                          f"({', '.join(known)}): use {use}")
 
 
 def check_group_size(cfg: DictConfig) -> None:
@@ -251,10 +260,12 @@ def check_config(cfg: DictConfig) -> list[str]:
     from omegaconf.errors import InterpolationResolutionError
 
     try:
-        check_settings(cfg)  # the block's own types and ranges, before any rule reads a key of it
+        check_data_settings(check_settings(cfg))  # the block's own types and ranges, before any rule reads a key of it
         check_platform(cfg)
+        check_rollout_name(cfg)
         check_estimator(cfg)
         check_group_size(cfg)
+        check_seeds(cfg)
         notice = zero_variance_notice(cfg)
         if select(cfg, "trainer.v1.trainer_mode") == TRAINER:
             check_trainer_settings(cfg)
@@ -338,21 +349,11 @@ def resolve(cfg: DictConfig) -> None:
         raise _resolver_error(exc) from None
 
 
-def _show(value) -> str:
-    """A config value as it is written on the command line."""
-    if value is None or isinstance(value, bool):
-        return str(value).lower().replace("none", "null")
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
 def lr_from_rule(cfg: DictConfig) -> bool:
     """Whether ``optim.lr`` and ``lr_warmup_steps`` are what the recipe's rule (or the allocation) gives."""
     decision = resolvers.lr_decision(cfg)
     optim = cfg.actor_rollout_ref.actor.optim
     return math.isclose(float(optim.lr), decision.lr, rel_tol=1e-6) and int(optim.lr_warmup_steps) == decision.warmup_steps
-
-
-RECIPES_MODULE = "verl_isocompute.recipes"
 
 
 def compose_recipe(recipe: str, overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
@@ -366,6 +367,6 @@ def compose_recipe(recipe: str, overrides: list[str] | tuple[str, ...] = ()) -> 
     try:
         with initialize_config_module(RECIPES_MODULE, version_base=None):
             return compose(config_name=recipe, overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RecipeError(f"recipe {recipe!r} with overrides {list(overrides)}: {first}") from None
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:  # ValueError: a config group set to null
+        raise RecipeError(f"recipe {recipe!r} with overrides {list(overrides)}: "
+                          f"{composition_error(exc, recipe, overrides)}") from None

@@ -38,6 +38,7 @@ from verl_isocompute.training.config import (
     resolve,
 )
 from verl_isocompute.rules.names import DECOUPLED_ESTIMATOR, PLATFORM_NAME
+from verl_isocompute.training.input_checks import check_reference_answers
 from verl_isocompute.training.on_policy import prepare_reuse_rollout_log_probs
 from verl_isocompute.training.schema import ROOT, GuidedSettings, check_block
 
@@ -75,12 +76,18 @@ def prepare_model(cfg: DictConfig) -> None:
 
 
 def prepare_data(cfg: DictConfig) -> None:
-    """Local data files must exist now, not mid-run (``isocompute.data.source=arithmetic`` generates them)."""
+    """Local data files must exist now, not mid-run (``isocompute.data.source=arithmetic`` generates them), and
+    our reward must be able to grade their reference answers
+    (:func:`~verl_isocompute.training.input_checks.check_reference_answers`)."""
     for key in ("data.train_files", "data.val_files"):
         for f in files(cfg, key):
             # remote paths (hdfs://, ...) are verl's to fetch
             if "://" not in f and not Path(os.path.expanduser(f)).is_file():
                 raise RecipeError(f"{key}: {f} does not exist; pass parquet files in verl's format")
+    try:
+        check_reference_answers(cfg)
+    except ValueError as exc:
+        raise RecipeError(str(exc)) from None
 
 
 def prepare_guided_data(cfg: DictConfig) -> None:

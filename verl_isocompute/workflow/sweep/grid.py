@@ -154,8 +154,10 @@ def grid(b_problem: Any, n: Any, b_max: int | None = None) -> list[tuple[int, in
     return sorted(pairs, key=lambda p: (p[0] * p[1], p[0]))
 
 
-def axis_values(name: str, values: Any, minimum: int, example: str = "[8, 16, 32]") -> tuple[int, ...]:
-    """One axis of the runs (``b_problem``, ``n`` or ``seeds``): distinct integers >= ``minimum``, sorted."""
+def axis_values(name: str, values: Any, minimum: int, example: str = "[8, 16, 32]", maximum: int | None = None,
+                why_maximum: str = "") -> tuple[int, ...]:
+    """One axis of the runs (``b_problem``, ``n`` or ``seeds``): distinct integers in [``minimum``, ``maximum``],
+    sorted (``why_maximum``: the reason for the bound, said when a value passes it)."""
     if isinstance(values, (int, str)) and not isinstance(values, bool):
         values = [values]
     if not isinstance(values, (list, tuple)) or not values:
@@ -164,6 +166,8 @@ def axis_values(name: str, values: Any, minimum: int, example: str = "[8, 16, 32
     for value in values:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise PlanError(f"{name} holds {value!r}; every value must be an integer >= {minimum}")
+        if maximum is not None and value > maximum:
+            raise PlanError(f"{name} holds {value}; every value must be at most {maximum:,}{why_maximum}")
         out.append(value)
     if len(set(out)) != len(out):
         raise PlanError(f"{name} lists a value twice: {out}")

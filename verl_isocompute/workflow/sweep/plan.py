@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from verl_isocompute import _compat
+from verl_isocompute import _compat, verl_keys
 from verl_isocompute.numeric import as_count, integral, yaml_number
 from verl_isocompute.scaling.allocation import MAX_STEPS
 from verl_isocompute.scaling.pipeline import FitConfig
@@ -180,7 +180,9 @@ def _seeds(value: Any, overrides: list[str]) -> tuple[int, ...]:
         return ()
     if not isinstance(value, list):  # `seeds: 3` could mean seed 3 or three seeds: ask for the list
         raise PlanError(f"seeds must be a list of seeds such as seeds: [0, 1, 2], got {value!r}")
-    seeds = axis_values("seeds", value, minimum=0, example="[0, 1, 2]")
+    seeds = axis_values("seeds", value, minimum=0, example="[0, 1, 2]", maximum=verl_keys.MAX_SEED,
+                        why_maximum=f" (each run's {', '.join(SEED_KEYS)}: the largest seed numpy takes, which vLLM seeds "
+                                    "with the rollout's)")
     for o in overrides:
         if override_key(o) in SEED_KEYS:
             raise PlanError(f"overrides sets {override_key(o)}, which seeds: {list(seeds)} sets for each run: the plan "

@@ -2,8 +2,8 @@
 
 :func:`preflight` turns a parsed plan (:func:`.plan.load_plan` already checked its fields, its ``fit:``
 and ``ray:`` blocks) into a :class:`Preflight`: the sweep directory can be one, the data files exist and
-are counted, the recipe composes with the plan's overrides and the first cell's shape (a typo in an
-override fails here, not in every cell), every cell's config passes the checks the run itself makes before
+are counted (and our reward can grade their reference answers), the recipe composes with the plan's overrides
+and the first cell's shape (a typo in an override fails here, not in every cell), every cell's config passes the checks the run itself makes before
 Ray starts (:func:`verl_isocompute.training.config.check_config`: one function for both, so a dry run
 accepts exactly what the cells would), no cell runs the n schedule or per-prompt n (``isocompute fit``
 leaves such runs out of a per-n curve, so the sweep would spend its budget on cells it cannot fit), and the
@@ -108,6 +108,7 @@ def preflight(plan: Plan) -> Preflight:
     from omegaconf import OmegaConf
 
     from verl_isocompute.training.config import RecipeError, check_config
+    from verl_isocompute.training.prepare import check_reference_answers
 
     check_sweep_dir(plan.sweep_dir)
     size = dataset_size(plan)
@@ -132,6 +133,8 @@ def preflight(plan: Plan) -> Preflight:
                 f"{where}{' and '.join(f'{key}.enable=true' for key in unfittable)}: a pilot sweep's cells are fitted "
                 "one curve per n, and `isocompute fit` refuses runs whose n varies; drop it from the plan's "
                 "overrides (compare such a run with the fitted curve at equal C: benchmarks/bench_adaptive.py)")
+    if plan.train_files:  # the plan's own files: our reward must grade their answers (a generated set is checked by the run)
+        check_reference_answers(cfg)
     return Preflight(cfg, size, batch_check(cfg))
 
 
