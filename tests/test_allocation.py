@@ -572,11 +572,15 @@ def test_the_documented_entry_point_runs(tmp_path):
     (tmp_path / "config" / "my_trainer.yaml").write_text(
         f"hydra:\n  searchpath: [file://{VERL_CONFIG_DIR}]\ndefaults:\n  - ppo_trainer\n  - _self_\n" + OmegaConf.to_yaml(block)
     )
+    from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
+
+    train, val = write_arithmetic_dataset(tmp_path / "data", ArithmeticConfig(train_size=64, val_size=8))
     run = subprocess.run(
         [sys.executable, "train.py", "isocompute.allocation.enable=true", "isocompute.allocation.curve=paper:qwen2.5-7b-easy",
-         "isocompute.allocation.budget_rollouts=1e6", "hydra.run.dir=."],
+         "isocompute.allocation.budget_rollouts=1e6", f"data.train_files={train}", f"data.val_files={val}", "hydra.run.dir=."],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "isocompute allocation: n = 128, b_problem = 32 (4096 rollouts/step), steps = 244" in run.stdout
+    assert ("isocompute allocation: n = 128, b_problem = 32 (4096 rollouts/step), steps = 244" in run.stdout
+            and "122.00 epochs of 64 problems" in run.stdout)  # D counted from data.train_files, as the recipes do
     assert "run_ppo n = 128 lr = 2e-06" in run.stdout

@@ -10,6 +10,7 @@ process has), and once more in a real fresh process (e2e).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -121,17 +122,19 @@ def test_a_changed_input_is_decided_afresh(tmp_path, counted):
     curve.write_text((presets / "qwen2.5-7b-hard.json").read_text())
     given = ["isocompute.model=tiny", "isocompute.allocation.enable=true", f"isocompute.allocation.curve={curve}",
              "isocompute.allocation.budget_rollouts=1e6", "isocompute.allocation.b_problem=8"]  # Hard: n = 64
+    n = "actor_rollout_ref.rollout.n"
     cfg = compose_recipe("cpu_demo", given)
-    n_first = OmegaConf.select(cfg, "actor_rollout_ref.rollout.n")
-    assert n_first == 64 and calls["driver"] == 1 and OmegaConf.select(compose_recipe("cpu_demo", given), "actor_rollout_ref.rollout.n") == n_first
+    n_first = OmegaConf.select(cfg, n)
+    assert n_first == 64 and calls["driver"] == 1
+    assert OmegaConf.select(compose_recipe("cpu_demo", given), n) == n_first
     assert calls["driver"] == 1  # a second composition of the same launch: the same decision
     budget = compose_recipe("cpu_demo", [*given, "isocompute.allocation.budget_rollouts=2e6"])
-    assert OmegaConf.select(budget, "actor_rollout_ref.rollout.n") > n_first and calls["driver"] == 2
+    assert OmegaConf.select(budget, n) > n_first and calls["driver"] == 2
     curve.write_text((presets / "qwen2.5-7b-easy.json").read_text())  # the same path, another curve: decided again
-    assert OmegaConf.select(compose_recipe("cpu_demo", given), "actor_rollout_ref.rollout.n") == 128 != n_first
+    assert OmegaConf.select(compose_recipe("cpu_demo", given), n) == 128 != n_first
     assert calls["driver"] == 3
     cfg.data.train_files = str(tmp_path / "guided.parquet")  # kept: the config was first resolved with the originals
-    assert OmegaConf.select(cfg, "actor_rollout_ref.rollout.n") == n_first and calls["driver"] == 3
+    assert OmegaConf.select(cfg, n) == n_first and calls["driver"] == 3
 
 
 def test_one_recipe_file_writes_rollout_n():
@@ -176,7 +179,8 @@ def test_the_route_of_n_to_verl_is_the_documented_one(counted, tiny_model_path):
 
 
 @pytest.mark.e2e  # a fresh interpreter imports verl (its plugin loading) as the TaskRunner's process does
-def test_a_fresh_process_reads_the_pickled_decision(tmp_path, counted):
+def test_a_fresh_process_reads_the_pickled_decision(tmp_path, counted, monkeypatch):
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")  # cpu_demo's trainer.device, as in a CPU run's driver
     cfg = compose_recipe("cpu_demo", ["isocompute.model=tiny", *ALLOCATION])
     expected = OmegaConf.to_container(cfg, resolve=True)
     (tmp_path / "config.pkl").write_bytes(cloudpickle.dumps(cfg))
@@ -195,8 +199,6 @@ def test_a_fresh_process_reads_the_pickled_decision(tmp_path, counted):
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "config.pkl")], capture_output=True, text=True,
                           timeout=300, env={**os.environ, "VERL_PLATFORM": "cpu"})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    import json
-
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"calls": 0, "n": expected["actor_rollout_ref"]["rollout"]["n"],
                    "lr": expected["actor_rollout_ref"]["actor"]["optim"]["lr"]}
