@@ -27,8 +27,10 @@ class RayWouldStart(AssertionError):
     pass
 
 
-def run_app(module: str, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> AppResult:
-    """``python -m MODULE ARGV`` in this process; ``env``: variables to set ("" unsets one) for the call."""
+def run_app(module: str, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None,
+            run_ppo=None) -> AppResult:
+    """``python -m MODULE ARGV`` in this process; ``env``: variables to set ("" unsets one) for the call.
+    ``run_ppo``: called instead of verl's ``run_ppo(config, task_runner_class)`` (default: fail the test)."""
     import importlib
 
     from hydra.core.global_hydra import GlobalHydra
@@ -47,7 +49,7 @@ def run_app(module: str, argv: list[str], env: dict[str, str] | None = None, cwd
     import verl.trainer.main_ppo as main_ppo
 
     real_run_ppo = main_ppo.run_ppo
-    main_ppo.run_ppo = no_ray  # our entry imports it from there at run time too
+    main_ppo.run_ppo = run_ppo or no_ray  # our entry imports it from there at run time too
     try:
         for key, value in (env or {}).items():
             if value == "":

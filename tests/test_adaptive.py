@@ -14,7 +14,8 @@ import torch
 
 from verl_isocompute.scaling.curve import Curve
 from verl_isocompute.scaling.schedule import NSchedule, ScheduleError
-from verl_isocompute.scaling.adaptive import AdaptiveN, PerPromptSettings, prompt_id
+from verl_isocompute.scaling.adaptive import AdaptiveN, prompt_id
+from verl_isocompute.training.schema import PerPromptSettings
 from verl_isocompute.scaling.per_prompt_n import AVG_AT_K_KEY, K_KEY
 
 # curation's avg@k as 16,000 pseudo-samples: the posterior is all but a point mass, so v(p, n) = 1 - p^n - (1-p)^n

@@ -298,7 +298,9 @@ def _block(**settings) -> list[str]:
     return [f"+isocompute.allocation.{key}={value}" for key, value in {"enable": "true", **settings}.items()]
 
 
-EASY_1E6 = {"curve": "paper:qwen2.5-7b-easy", "budget_rollouts": "1e6"}
+# ppo_trainer's data.train_files do not exist here: the hook, like the recipes, would count them (see
+# test_apply_allocation_counts_the_training_files_as_the_recipes_do)
+EASY_1E6 = {"curve": "paper:qwen2.5-7b-easy", "budget_rollouts": "1e6", "dataset_size": 6000}
 
 
 def test_overrides_are_valid_verl_overrides():
@@ -346,22 +348,43 @@ def test_apply_allocation_writes_verl_keys():
 
 
 def test_apply_allocation_keeps_a_larger_total_epochs():
-    cfg = _compose(_block(**EASY_1E6, dataset_size=6000))
+    cfg = _compose(_block(**EASY_1E6))
     apply_allocation(cfg)
     assert cfg.trainer.total_epochs == 30
 
 
 def test_apply_allocation_refuses_to_overwrite_the_command_line():
+    """The recipes' conflict rule (one function, check_allocation_keys), applied to the keys on the command line."""
     user = ["actor_rollout_ref.rollout.n=16", "data.train_batch_size=32", "trainer.total_epochs=1"]
     cfg = _compose(user + _block(**EASY_1E6))
     with pytest.raises(AllocationError) as info:
         apply_allocation(cfg, explicit_keys_from_overrides(user))
     message = str(info.value)
-    assert "actor_rollout_ref.rollout.n=16 (command line) vs 128 (allocation)" in message
-    assert "trainer.total_epochs=1 (command line) vs 244 (allocation)" in message
+    assert "actor_rollout_ref.rollout.n=16 (allocation: 128)" in message
+    assert "trainer.total_epochs=1 (allocation needs at least 2)" in message  # 244 steps of 187 per epoch
     assert "data.train_batch_size" not in message  # the user's value equals the allocation's
     assert "isocompute.allocation.override_user=true" in message
     assert cfg.actor_rollout_ref.rollout.n == 16  # nothing was written
+    # a larger total_epochs on the command line is kept: it only bounds the epoch loop
+    user = ["trainer.total_epochs=100"]
+    cfg = _compose(user + _block(**EASY_1E6))
+    assert apply_allocation(cfg, explicit_keys_from_overrides(user)).n == cfg.actor_rollout_ref.rollout.n == 128
+    assert cfg.trainer.total_epochs == 100
+
+
+def test_apply_allocation_counts_the_training_files_as_the_recipes_do(tmp_path):
+    """One path: with dataset_size unset the hook counts data.train_files (the epochs bound follows D), and a file
+    it cannot read is the recipes' one line naming dataset_size."""
+    from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
+
+    train, _ = write_arithmetic_dataset(tmp_path, ArithmeticConfig(train_size=64, val_size=8))  # D = 64 rows
+    block = {"curve": "paper:qwen2.5-7b-easy", "budget_rollouts": "1e6"}
+    cfg = _compose([f"data.train_files={train}"] + _block(**block))
+    a = apply_allocation(cfg)
+    assert (a.dataset_size, a.steps, cfg.trainer.total_epochs) == (64, 244, 122)  # 2 steps per epoch of 64 problems
+    with pytest.raises(AllocationError, match=r"could not count the training problems in data.train_files .*"
+                                              r"set isocompute.allocation.dataset_size=D"):
+        apply_allocation(_compose([f"data.train_files={tmp_path}/missing.parquet"] + _block(**block)))
 
 
 def test_override_user_lets_the_allocation_win():
@@ -380,8 +403,10 @@ def test_recipe_values_are_not_protected():
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"budget_rollouts": "1e6"}, "isocompute.allocation: curve is not set; give a curve.json path or a paper: preset"),
-        ({"curve": "paper:qwen2.5-7b-easy"}, "isocompute.allocation: set exactly one of budget_rollouts and budget_tokens"),
+        ({"budget_rollouts": "1e6", "dataset_size": 6000},
+         "isocompute.allocation: curve is not set; give a curve.json path or a paper: preset"),
+        ({"curve": "paper:qwen2.5-7b-easy", "dataset_size": 6000},
+         "isocompute.allocation: set exactly one of budget_rollouts and budget_tokens"),
         ({**EASY_1E6, "budget_tokens": "1e9"}, "exactly one of"),
         ({**EASY_1E6, "bmax": 4096}, r"unknown key isocompute.allocation.bmax: did you mean isocompute.allocation.b_max\?"),
         ({**EASY_1E6, "curve": "paper:nope"}, "isocompute.allocation: unknown preset 'paper:nope'; presets:"),
@@ -405,7 +430,8 @@ def test_apply_allocation_under_the_decoupled_baseline():
 
 
 def test_apply_allocation_in_tokens():
-    cfg = _compose(_block(curve="paper:qwen2.5-7b-easy-tokens", budget_tokens="1e10", mean_response_tokens=2000))
+    cfg = _compose(_block(curve="paper:qwen2.5-7b-easy-tokens", budget_tokens="1e10", mean_response_tokens=2000,
+                          dataset_size=6000))
     assert apply_allocation(cfg).n == cfg.actor_rollout_ref.rollout.n == 512
 
 
@@ -546,11 +572,15 @@ def test_the_documented_entry_point_runs(tmp_path):
     (tmp_path / "config" / "my_trainer.yaml").write_text(
         f"hydra:\n  searchpath: [file://{VERL_CONFIG_DIR}]\ndefaults:\n  - ppo_trainer\n  - _self_\n" + OmegaConf.to_yaml(block)
     )
+    from verl_isocompute.data.arithmetic import ArithmeticConfig, write_arithmetic_dataset
+
+    train, val = write_arithmetic_dataset(tmp_path / "data", ArithmeticConfig(train_size=64, val_size=8))
     run = subprocess.run(
         [sys.executable, "train.py", "isocompute.allocation.enable=true", "isocompute.allocation.curve=paper:qwen2.5-7b-easy",
-         "isocompute.allocation.budget_rollouts=1e6", "hydra.run.dir=."],
+         "isocompute.allocation.budget_rollouts=1e6", f"data.train_files={train}", f"data.val_files={val}", "hydra.run.dir=."],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "isocompute allocation: n = 128, b_problem = 32 (4096 rollouts/step), steps = 244" in run.stdout
+    assert ("isocompute allocation: n = 128, b_problem = 32 (4096 rollouts/step), steps = 244" in run.stdout
+            and "122.00 epochs of 64 problems" in run.stdout)  # D counted from data.train_files, as the recipes do
     assert "run_ppo n = 128 lr = 2e-06" in run.stdout

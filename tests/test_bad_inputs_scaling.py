@@ -319,7 +319,8 @@ def _adaptive_run(root: Path, kind: str) -> Path:
     from verl_isocompute.runlog import metric_key, write_run_log
     from verl_isocompute.scaling import Curve
     from verl_isocompute.scaling.schedule import NSchedule
-    from verl_isocompute.scaling.adaptive import AdaptiveN, PerPromptSettings
+    from verl_isocompute.scaling.adaptive import AdaptiveN
+    from verl_isocompute.training.schema import PerPromptSettings
     from verl_isocompute.training.adaptive_config import header as adaptive_header
     from verl_isocompute.scaling.per_prompt_n import AVG_AT_K_KEY, K_KEY
 

@@ -108,8 +108,9 @@ def test_switches_read_by_resolvers_and_hooks_follow_yaml_too():
     with the allocation on, its missing curve would be the error; with reuse on, the second epoch would be."""
     from verl_isocompute.training.config import RecipeError, check_config
 
-    with pytest.raises(RecipeError, match="isocompute.allocation.enable=false, but the allocation piece replaced"):
-        check_config(_cfg("+isocompute=[allocation]", "isocompute.allocation.enable=off"))
+    assert check_config(_cfg("isocompute.allocation.enable=off")) == []  # the recipe's own sizes
+    with pytest.raises(RecipeError, match="isocompute.allocation: curve is not set"):
+        check_config(_cfg("isocompute.allocation.enable=on"))
     with pytest.raises(RecipeError, match="needs a fully on-policy recipe"):
         check_config(_cfg("actor_rollout_ref.actor.ppo_epochs=2"))
     assert check_config(_cfg("actor_rollout_ref.actor.ppo_epochs=2", "isocompute.reuse_rollout_log_probs=off")) == []

@@ -101,3 +101,64 @@ def test_the_package_itself_uses_no_old_path():
             used += [f"{path.relative_to(root)}:{node.lineno}: {name}" for name in names if old.search(name)]
     assert used == []
     assert {name: module for name, module in scaling._EXPORTS.items() if f"{scaling.__name__}.{module}" in MOVED} == {}
+
+
+def test_a_verl_config_naming_the_old_reward_path_still_loads_our_reward():
+    """`reward.custom_reward_function.path=pkg://verl_isocompute.training.reward` (the path earlier 0.2 recipes wrote)
+    goes through verl's own loader (verl/trainer/ppo/reward.py, what verl's reward workers call): it finds our
+    compute_score, warns naming the new path, and the function grades as our recipes' does."""
+    import verl  # noqa: F401  (our plugin: the recipes on hydra's search path, the alias finder)
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    from verl_isocompute.rules import reward
+    from verl_isocompute.training.config import compose_recipe
+
+    old = "verl_isocompute.training.reward"
+    cfg = compose_recipe("isocompute_hard", [f"reward.custom_reward_function.path=pkg://{old}"])
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=f"{old} moved to verl_isocompute.rules.reward"):
+        scored = get_custom_reward_fn(cfg)
+    assert scored.args[0] is reward.compute_score  # verl's partial(_call_with_kwargs, our function, reward_kwargs)
+    assert scored.args[1] == {"answer": "auto"}  # the recipe's reward_kwargs reach it as with the new path
+    sample = {"data_source": "isocompute/arithmetic", "ground_truth": "12", "extra_info": {}}
+    assert scored(solution_str="7 + 5 = \\boxed{12}", **sample)["score"] == 1.0
+    assert scored(solution_str="\\boxed{13}", **sample)["score"] == 0.0
+
+
+def test_the_per_prompt_settings_of_the_run_time_split_are_the_schemas():
+    """Issue 42: one type per block. The run-time split's own PerPromptSettings (scaling/adaptive.py) is gone; its
+    old name gives the schema's class, with a warning, and AdaptiveN takes it as it is."""
+    from verl_isocompute.scaling import adaptive
+    from verl_isocompute.training.schema import PerPromptSettings
+
+    with pytest.warns(DeprecationWarning, match="scaling.adaptive.PerPromptSettings moved to verl_isocompute.training.schema"):
+        assert adaptive.PerPromptSettings is PerPromptSettings
+    split = adaptive.AdaptiveN(8, 2, per_prompt=PerPromptSettings(n_min=3))
+    assert split.bounds() == (3, 32) and split.bounds(2) == (3, 8)  # n_max unset: 4 x the step's n
+    assert sum(split.assign(["a", "b"], ["p", "q"], [None, None])) == 16
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("dataset_size", "dataset_size"), ("check_allocation_keys", "check_allocation_keys"),
+     ("ALLOCATION_KEYS", "ALLOCATION_KEYS"), ("OPTIM", "OPTIM")],
+)
+def test_the_resolvers_allocation_names_moved_to_the_one_decision(old, new):
+    from verl_isocompute.training import allocation_hook, resolvers
+
+    with pytest.warns(DeprecationWarning, match=f"resolvers.{old} moved to verl_isocompute.training.allocation_hook"):
+        assert getattr(resolvers, old) is getattr(allocation_hook, new)
+
+
+def test_the_resolvers_deciding_functions_read_the_one_decision():
+    """resolvers.allocation / lr_decision decided again at each call; their old names now read decide(cfg)."""
+    from omegaconf import OmegaConf
+
+    from verl_isocompute.training import allocation_hook, resolvers
+
+    cfg = OmegaConf.create({"isocompute": {"allocation": {"enable": True, "curve": "paper:qwen2.5-7b-hard",
+                                                          "budget_rollouts": 2e5, "b_problem": 8, "dataset_size": 64}}})
+    for old, read in (("allocation", lambda d: d.allocation), ("lr_decision", lambda d: d.lr)):
+        with pytest.warns(DeprecationWarning, match=f"resolvers.{old} is now .*allocation_hook.decide"):
+            function = getattr(resolvers, old)
+        assert function(cfg) == read(allocation_hook.decide(cfg))

@@ -202,3 +202,21 @@ def test_a_key_is_one_declaration():
     assert schema.check_block({"answer": "equivalent"}, Reward, "isocompute.reward").answer == "equivalent"
     with pytest.raises(schema.SettingsError, match=r"isocompute.reward.answer='exact': use one of literal, equivalent"):
         schema.check_block({"answer": "exact"}, Reward, "isocompute.reward")
+
+
+def test_each_block_has_one_type_of_its_name():
+    """One settings type per block (issue 42): no other class in the package carries the name of a block's type (two
+    classes were named PerPromptSettings, the schema's and the run-time split's)."""
+    import ast
+    import dataclasses
+    from typing import get_type_hints
+
+    def block_types(cls) -> list[type]:
+        hints = get_type_hints(cls)
+        nested = [hints[f.name] for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints[f.name])]
+        return nested + [t for n in nested for t in block_types(n)]
+
+    names = {cls.__name__ for cls in block_types(schema.IsoComputeSettings)}
+    declared = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in sorted((ROOT / "verl_isocompute").rglob("*.py"))
+                for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef) and node.name in names]
+    assert len(names) == 10 and len(declared) == len(names), declared

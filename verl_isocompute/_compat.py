@@ -14,6 +14,7 @@ import importlib.abc
 import importlib.util
 import sys
 import warnings
+from typing import Any
 
 # old module path -> new module path (0.1 -> 0.2)
 MOVED: dict[str, str] = {
@@ -87,12 +88,14 @@ def install() -> None:
         sys.meta_path.insert(0, _Alias())
 
 
-def moved_names(module: str, moved: dict[str, str], renamed: dict[str, str] | None = None):
+def moved_names(module: str, moved: dict[str, str], renamed: dict[str, str] | None = None,
+                replaced: dict[str, tuple[str, Any]] | None = None):
     """A module-level ``__getattr__`` for names that moved out of ``module`` when it was split (0.2): each
     resolves from its new home (the same object) with a ``DeprecationWarning`` naming it, for one release.
     ``moved``: name -> the module it lives in now; ``renamed``: old name -> its new name in ``module`` (the
-    settings classes' one suffix, 0.2). Any other missing name is the usual AttributeError."""
-    renamed = renamed or {}
+    settings classes' one suffix, 0.2); ``replaced``: old name -> (what to write instead, the value the old name
+    still gives: a function that calls the replacement). Any other missing name is the usual AttributeError."""
+    renamed, replaced = renamed or {}, replaced or {}
 
     def __getattr__(name: str):
         if name in moved:
@@ -101,6 +104,10 @@ def moved_names(module: str, moved: dict[str, str], renamed: dict[str, str] | No
         if name in renamed:
             warnings.warn(f"{module}.{name} is now {module}.{renamed[name]}; the old name goes away in 0.3", DeprecationWarning, stacklevel=2)
             return getattr(sys.modules[module], renamed[name])
+        if name in replaced:
+            spelling, value = replaced[name]
+            warnings.warn(f"{module}.{name} is now {spelling}; the old name goes away in 0.3", DeprecationWarning, stacklevel=2)
+            return value
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
     return __getattr__

@@ -36,6 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from verl_isocompute import _compat
 from verl_isocompute.scaling.schedule import NSchedule, ScheduleError, StepPlan
 from verl_isocompute.scaling.per_prompt_n import (
     PassRate,
@@ -46,22 +47,13 @@ from verl_isocompute.scaling.per_prompt_n import (
     expected_zero_variance_share,
 )
 
+# 0.2: the per-prompt n block has one type, the config schema's (issue 42); the old name gives it until 0.3.
+__getattr__ = _compat.moved_names(__name__, {"PerPromptSettings": "verl_isocompute.training.schema"})
+
 STATE_VERSION = 1
 # n_max unset: at most this many times the step's n for one prompt (Knapsack RL reports up to 93 rollouts on
 # its hardest prompts at a mean of 8 to 16; a cap keeps one prompt's group from stalling a step's rollout).
 DEFAULT_N_MAX_FACTOR = 4
-
-
-@dataclass(frozen=True)
-class PerPromptSettings:
-    """``isocompute.per_prompt_n``: each n_i in [n_min, n_max]; curation's avg@k weighs ``curation_weight`` x k samples."""
-
-    n_min: int = 2
-    n_max: int | None = None  # None: DEFAULT_N_MAX_FACTOR x the step's n
-    curation_weight: float = 1.0
-
-    def bounds(self, n: int) -> tuple[int, int]:
-        return self.n_min, self.n_max if self.n_max is not None else DEFAULT_N_MAX_FACTOR * n
 
 
 @dataclass
@@ -90,13 +82,17 @@ class StepRecord:
 
 
 class AdaptiveN:
-    """The per-step n of a run: fixed (``schedule`` None) or scheduled, split per prompt or not (module docstring)."""
+    """The per-step n of a run: fixed (``schedule`` None) or scheduled, split per prompt or not (module docstring).
 
-    def __init__(self, n: int, b_problem: int, schedule: NSchedule | None = None,
-                 per_prompt: PerPromptSettings | None = None):
+    ``per_prompt``: the ``isocompute.per_prompt_n`` block as the config schema types it
+    (:class:`verl_isocompute.training.schema.PerPromptSettings`, the one type of that block): each n_i in
+    [``n_min``, ``n_max``] (:meth:`bounds`), curation's avg@k weighing ``curation_weight`` x k samples.
+    """
+
+    def __init__(self, n: int, b_problem: int, schedule: NSchedule | None = None, per_prompt: Any = None):
         self.n, self.b_problem = int(n), int(b_problem)
         self.schedule, self.per_prompt = schedule, per_prompt
-        self.tracker = PassRateTracker(per_prompt.curation_weight) if per_prompt else None
+        self.tracker = PassRateTracker(float(per_prompt.curation_weight)) if per_prompt else None
         self.plan: StepPlan | None = None
         self.groups: dict[str, Group] = {}  # uid -> group in flight this step
         self.record = StepRecord()
@@ -122,6 +118,13 @@ class AdaptiveN:
         return self.budget_spent(c + self.b_problem * self.n)
 
     # -- per-prompt n and the ledger ----------------------------------------------------------------
+    def bounds(self, n: int | None = None) -> tuple[int, int]:
+        """(n_min, n_max) of one prompt's n at a step of n rollouts per prompt (default: the current n); an unset
+        n_max is :data:`DEFAULT_N_MAX_FACTOR` x n."""
+        n = self.n if n is None else int(n)
+        n_max = self.per_prompt.n_max
+        return int(self.per_prompt.n_min), int(n_max) if n_max is not None else DEFAULT_N_MAX_FACTOR * n
+
     def assign(self, uids: Sequence[str], prompt_ids: Sequence[str], extra_infos: Sequence[Any],
                budget: int | None = None) -> list[int]:
         """n_i for prompts about to be sent: ``budget`` rollouts in all (default len(uids) * n), split by
@@ -133,7 +136,7 @@ class AdaptiveN:
             ns = _even_split(budget, count)
         else:
             posteriors = [self.tracker.posterior(pid, info) for pid, info in zip(prompt_ids, extra_infos, strict=True)]
-            lo, hi = self.per_prompt.bounds(self.n)
+            lo, hi = self.bounds()
             # a refill's budget is what its evicted groups had, each within [lo, hi]; keep it payable all the same
             budget = min(max(budget, count * lo), count * hi)
             ns = allocate_rollouts(posteriors, budget, lo, hi)

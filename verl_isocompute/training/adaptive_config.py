@@ -1,5 +1,5 @@
 """The ``isocompute.schedule`` and ``isocompute.per_prompt_n`` blocks: checked against the rest of the config, and
-built into :class:`AdaptiveN`.
+built into :class:`AdaptiveN` (which reads the per-prompt block as the schema types it: one type per block).
 
 Both are off by default (the recipes' ``isocompute`` block; the pieces ``+isocompute=[schedule]`` and
 ``+isocompute=[per_prompt_n]`` turn them on in any verl config). Their keys, types, ranges and help
@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 from verl_isocompute import verl_keys
 from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.training import schema
-from verl_isocompute.scaling.adaptive import AdaptiveN, PerPromptSettings
+from verl_isocompute.scaling.adaptive import AdaptiveN
 from verl_isocompute.training.conf import select
 from verl_isocompute.rules.names import DECOUPLED_ESTIMATOR, TRAINER
 
@@ -79,7 +79,7 @@ def check_adaptive(cfg: DictConfig, lr_from_rule: Callable[[DictConfig], bool]) 
                             "set isocompute.lr.base_lr / warmup_steps instead")
     if per_prompt is not None:
         grid = adaptive.schedule.grid if adaptive.schedule is not None else (adaptive.n,)
-        lo, _ = adaptive.per_prompt.bounds(min(grid))
+        lo, _ = adaptive.bounds(min(grid))
         hi = adaptive.per_prompt.n_max
         if lo > min(grid) or (hi is not None and hi < max(grid)):
             raise AdaptiveError(f"{PER_PROMPT}: n_min {lo} and n_max {'null' if hi is None else hi} must bracket every step's n {sorted(set(grid))} "
@@ -98,7 +98,7 @@ def build_adaptive(cfg: DictConfig) -> AdaptiveN | None:
     from verl_isocompute.scaling.allocation import MAX_STEPS
     from verl_isocompute.scaling.curve import CurveError, load_curve
     from verl_isocompute.scaling.schedule import NSchedule, ScheduleError
-    from verl_isocompute.training import resolvers
+    from verl_isocompute.training.allocation_hook import decide
 
     schedule_block, per_prompt_block = _blocks(cfg)
     if schedule_block is None and per_prompt_block is None:
@@ -114,7 +114,7 @@ def build_adaptive(cfg: DictConfig) -> AdaptiveN | None:
         if curve is None or budget is None:
             raise AdaptiveError(f"{SCHEDULE}.enable=true needs a curve and a budget: set {SCHEDULE}.curve (a curve.json or "
                                 f"paper:<preset>) and {SCHEDULE}.budget_rollouts, or enable isocompute.allocation with them")
-        decision = resolvers.lr_decision(cfg)
+        decision = decide(cfg).lr
         try:
             schedule = NSchedule(
                 load_curve(curve), b_problem, budget, n_grid=schedule_block.n_grid,
@@ -130,17 +130,15 @@ def build_adaptive(cfg: DictConfig) -> AdaptiveN | None:
                 f"{schedule.budget_rollouts // largest:.3g} steps of {largest:,} rollouts (b_problem {b_problem} x the "
                 f"grid's largest n {schedule.grid[-1]}), more than {MAX_STEPS:,}: check the budget (its exponent; "
                 "rollouts, not tokens?)")
-    per_prompt = None
-    if per_prompt_block is not None:
-        n_min, n_max, weight = per_prompt_block.n_min, per_prompt_block.n_max, per_prompt_block.curation_weight
+    if per_prompt_block is not None:  # the block itself is the per-prompt settings AdaptiveN reads
+        n_min, n_max = per_prompt_block.n_min, per_prompt_block.n_max
         if n_max is not None and n_max < n_min:
             raise AdaptiveError(f"{PER_PROMPT}: need integers 2 <= n_min <= n_max (a group of 1 has no baseline; n_max "
                                 f"null: 4 x the step's n), got n_min={n_min!r}, n_max={n_max!r}")
         if n_train is not None and n_min < n_train:
             raise AdaptiveError(f"{PER_PROMPT}.n_min={n_min} is below isocompute.decoupled.n_train={n_train}: the decoupled "
                                 f"baseline trains on n_train rollouts of every group; set n_min >= {n_train}")
-        per_prompt = PerPromptSettings(n_min, n_max, float(weight))
-    return AdaptiveN(n, b_problem, schedule, per_prompt)
+    return AdaptiveN(n, b_problem, schedule, per_prompt_block)
 
 
 def header(adaptive: AdaptiveN | None) -> dict[str, Any]:
@@ -152,5 +150,6 @@ def header(adaptive: AdaptiveN | None) -> dict[str, Any]:
         out["schedule"] = adaptive.schedule.header()
     if adaptive.per_prompt is not None:
         settings = adaptive.per_prompt
-        out["per_prompt_n"] = {"n_min": settings.n_min, "n_max": settings.n_max, "curation_weight": settings.curation_weight}
+        out["per_prompt_n"] = {"n_min": settings.n_min, "n_max": settings.n_max,
+                               "curation_weight": float(settings.curation_weight)}
     return out

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl_isocompute import _compat, verl_keys
 from verl_isocompute.errors import IsoComputeError
 from verl_isocompute.rules import answers
-from verl_isocompute.training import resolvers, schema
+from verl_isocompute.training import allocation_hook, resolvers, schema
 from verl_isocompute.training.adaptive_config import check_adaptive
 from verl_isocompute.training.input_checks import check_data_settings, check_seeds
 from verl_isocompute.training.input_checks import show as _show  # a config value as written on the command line
@@ -270,8 +270,9 @@ def check_config(cfg: DictConfig) -> list[str]:
         if select(cfg, "trainer.v1.trainer_mode") == TRAINER:
             check_trainer_settings(cfg)
         check_adaptive(cfg, lr_from_rule)  # the n schedule and per-prompt n (training/adaptive_config.py)
-        for key in (*resolvers.ALLOCATION_KEYS.values(), f"{resolvers.OPTIM}.lr", f"{resolvers.OPTIM}.lr_warmup_steps"):
-            select(cfg, key)
+        for key in (*allocation_hook.ALLOCATION_KEYS.values(), f"{allocation_hook.OPTIM}.lr",
+                    f"{allocation_hook.OPTIM}.lr_warmup_steps"):
+            select(cfg, key)  # through the one decision and its conflict rule
         check_reuse(cfg)
         answers.answer_mode(select(cfg, answers.REWARD_KWARG), None)  # a known value, before verl's reward workers start
         check_reward_function(cfg)
@@ -350,8 +351,9 @@ def resolve(cfg: DictConfig) -> None:
 
 
 def lr_from_rule(cfg: DictConfig) -> bool:
-    """Whether ``optim.lr`` and ``lr_warmup_steps`` are what the recipe's rule (or the allocation) gives."""
-    decision = resolvers.lr_decision(cfg)
+    """Whether ``optim.lr`` and ``lr_warmup_steps`` are what the recipe's rule (or the allocation) gives: the lr of
+    the config's one decision (:func:`verl_isocompute.training.allocation_hook.decide`)."""
+    decision = allocation_hook.decide(cfg).lr
     optim = cfg.actor_rollout_ref.actor.optim
     return math.isclose(float(optim.lr), decision.lr, rel_tol=1e-6) and int(optim.lr_warmup_steps) == decision.warmup_steps
 

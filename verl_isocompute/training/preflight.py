@@ -15,7 +15,9 @@ overlay ``recipes/platform/cpu.yaml``; the recipes through their pieces). It
   sizes, what our trainer needs, the LR rule and the allocation, the reuse of the rollout's log-probs, the
   zero-variance mode and whether it has any effect); an error is one line, ``isocompute: error: ...``, and
   exit status 2; a piece with no effect prints one warning line. Our entry point runs the same checks in
-  :func:`~verl_isocompute.training.prepare.prepare`.
+  :func:`~verl_isocompute.training.prepare.prepare`. Resolving makes the launch's one allocation decision
+  (:func:`verl_isocompute.training.allocation_hook.decide`), which verl's own reads and its TaskRunner then find
+  made.
 
 Hydra turns an exception in a callback into a warning and carries on, so an error leaves through
 ``sys.exit``.

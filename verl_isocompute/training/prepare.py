@@ -10,8 +10,10 @@ builds and reports what a run needs besides, in this order (:func:`prepare`):
   then checking the model (a usable local checkpoint with a chat template), the data files and group sizes;
 - ``isocompute.guided.enable``: the training files become a mixture with guided copies of the problems
   (docs/GUIDED.md; through verl's main_ppo our trainer does it), and a validation file with guided rows is refused;
-- one line each for the allocation and the learning rate (lr = base_lr * sqrt(B / b_ref), B = B_problem
-  * n, n_train under the decoupled baseline, update k at lr * min(1, k / W): :mod:`verl_isocompute.rules.lr`);
+- one line each for the allocation and the learning rate, both from the config's one decision
+  (:func:`verl_isocompute.training.allocation_hook.decide`, made while the config is checked; lr = base_lr *
+  sqrt(B / b_ref), B = B_problem * n, n_train under the decoupled baseline, update k at lr * min(1, k / W):
+  :mod:`verl_isocompute.rules.lr`);
   an lr given on the command line replaces the rule, as in verl's entry point, and the line says so;
 - ``isocompute.reuse_rollout_log_probs``: skip the old-log-prob pass of a fully on-policy recipe
   (:mod:`verl_isocompute.training.on_policy`; our entry point only);
@@ -27,7 +29,7 @@ from pathlib import Path
 from omegaconf import DictConfig, open_dict
 
 from verl_isocompute.runlog import VERL_METRICS
-from verl_isocompute.training import resolvers
+from verl_isocompute.training.allocation_hook import decide, format_decision
 from verl_isocompute.training.conf import files, select
 from verl_isocompute.training.config import (
     RecipeError,
@@ -121,17 +123,16 @@ def prepare_run_dir(cfg: DictConfig) -> Path:
 
 
 def report_allocation(cfg: DictConfig) -> None:
-    """Print the allocation an enabled ``isocompute.allocation`` decided (already in the resolved config)."""
-    from verl_isocompute.training.allocation_hook import format_decision
-
-    chosen = resolvers.allocation(cfg)
+    """Print the allocation an enabled ``isocompute.allocation`` decided (the config's one decision, already in
+    the resolved config)."""
+    chosen = decide(cfg).allocation
     if chosen is not None:
         print(f"[isocompute] allocation: {format_decision(chosen)}", flush=True)
 
 
 def report_lr(cfg: DictConfig) -> None:
     """Print the learning rate the run uses and where it came from."""
-    decision = resolvers.lr_decision(cfg)
+    decision = decide(cfg).lr
     optim = cfg.actor_rollout_ref.actor.optim
     if not lr_from_rule(cfg):
         print(

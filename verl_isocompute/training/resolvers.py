@@ -13,14 +13,14 @@ that
 
 What they compute (each rule lives in one place; these functions only read the config and call it):
 
-- ``isocompute.lr:lr|warmup_steps``: the sqrt batch-size LR rule of the IsoCompute playbook
-  (arXiv 2603.12151), lr = base_lr * sqrt(B / b_ref), :func:`verl_isocompute.rules.lr.resolve_lr`,
-  with B = data.train_batch_size * rollout.n (n_train under the decoupled baseline); under an enabled
-  allocation, the allocation's lr (the same rule at the allocated n and B_problem).
-- ``isocompute.allocation:KEY,DEFAULT``: with ``isocompute.allocation.enable``, the budget's n,
-  B_problem, steps or epochs (:func:`verl_isocompute.scaling.allocation.allocate_config`); else DEFAULT.
-  A key the allocation decides but the config sets to another plain value (e.g. ``rollout.n=8`` on the
-  command line with the allocation on) is an error naming both values.
+- ``isocompute.lr:lr|warmup_steps`` and ``isocompute.allocation:KEY,DEFAULT[,OUTSIDE]`` read the config's one
+  decision, :func:`verl_isocompute.training.allocation_hook.decide` (made once per launch): the sqrt batch-size
+  LR rule of the IsoCompute playbook (arXiv 2603.12151), lr = base_lr * sqrt(B / b_ref) with B =
+  data.train_batch_size * rollout.n (n_train under the decoupled baseline), or under an enabled allocation its
+  lr; and the allocation's n, B_problem, steps or epochs, or DEFAULT when it is off (OUTSIDE instead in a config
+  that is not one of our recipes: :func:`~verl_isocompute.training.allocation_hook.allocated_value`). A key the
+  allocation decides but the config sets to another plain value (e.g. ``rollout.n=8`` on the command line with
+  the allocation on) is an error naming both values.
 - ``isocompute.abspath:PATH``: PATH made absolute against the directory the run was started from (the
   driver's, recorded at plugin import in ``ISOCOMPUTE_LAUNCH_DIR``: verl resolves the config again in its
   TaskRunner, a Ray process whose working directory may differ).
@@ -34,7 +34,8 @@ What they compute (each rule lives in one place; these functions only read the c
   Under our entry point, which sets it before a run (:data:`ENTRY_SETS_PLATFORM`), it sets it here too, so
   that ``--cfg job --resolve`` prints the config.
 - ``isocompute.on_cpu:DEFAULT,CPU_VALUE``: CPU_VALUE on the CPU platform (``isocompute.platform=cpu``), else
-  DEFAULT: the recipes' sizes for each platform (``recipes/isocompute_cpu_sizes.yaml``), so that
+  DEFAULT: the recipes' sizes for each platform (``recipes/isocompute_cpu_sizes.yaml``, the allocated ones in
+  ``recipes/isocompute/allocation.yaml``), so that
   ``+platform=cpu`` itself changes only what the CPU needs and keeps a user's own sizes.
 - ``isocompute.needs_trainer:VALUE``: VALUE, if our trainer is selected; for the settings only our trainer
   reads (the zero-variance filter, the decoupled baseline, the n schedule, per-prompt n), which would otherwise
@@ -52,162 +53,47 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl_isocompute import verl_keys
-from verl_isocompute.training.conf import files, flag, select
+from verl_isocompute import _compat
 from verl_isocompute.rules.names import DATA_SOURCES, PLATFORM_NAME
+from verl_isocompute.training.conf import flag, select
 
 LAUNCH_DIR_ENV = "ISOCOMPUTE_LAUNCH_DIR"
 # True in ``python -m verl_isocompute.main``, which sets VERL_PLATFORM itself for the CPU platform (verl's main_ppo
 # cannot: it has imported verl before it reads the config).
 ENTRY_SETS_PLATFORM = False
-OPTIM = "actor_rollout_ref.actor.optim"
-# The verl key each ${isocompute.allocation:KEY,...} interpolation stands for.
-ALLOCATION_KEYS = {
-    "n": verl_keys.N,
-    "b_problem": verl_keys.B_PROBLEM,
-    "steps": verl_keys.STEPS,
-    "total_epochs": verl_keys.EPOCHS,
-}
+# The allocation's reading of a config moved to the one decision (issue 42); the old names work until 0.3.
+__getattr__ = _compat.moved_names(
+    __name__, dict.fromkeys(("dataset_size", "check_allocation_keys", "ALLOCATION_KEYS", "OPTIM"),
+                            "verl_isocompute.training.allocation_hook"),
+    replaced={"allocation": ("verl_isocompute.training.allocation_hook.decide(cfg).allocation",
+                             lambda cfg: _decide(cfg).allocation),
+              "lr_decision": ("verl_isocompute.training.allocation_hook.decide(cfg).lr", lambda cfg: _decide(cfg).lr),
+              "allocation_enabled": ("verl_isocompute.training.conf.flag(cfg, 'isocompute.allocation.enable')",
+                                     lambda cfg: flag(cfg, "isocompute.allocation.enable"))},
+)
 
 
-def dataset_size(cfg: DictConfig) -> int:
-    """Training problems D: rows of ``data.train_files``."""
-    import pyarrow.parquet as pq
+def _decide(cfg: DictConfig):
+    from verl_isocompute.training.allocation_hook import decide
 
-    from verl_isocompute.scaling.allocation import AllocationError
-
-    try:
-        return sum(pq.ParquetFile(os.path.expanduser(f)).metadata.num_rows for f in files(cfg, verl_keys.TRAIN_FILES))
-    except (OSError, ValueError) as exc:
-        raise AllocationError(
-            f"could not count the training problems in data.train_files ({exc}); set isocompute.allocation.dataset_size=D"
-        ) from None
-
-
-def allocation_enabled(cfg: DictConfig) -> bool:
-    return flag(cfg, "isocompute.allocation.enable")
-
-
-def allocation(cfg: DictConfig):
-    """The allocation an enabled ``isocompute.allocation`` block decides for this config (None if disabled)."""
-    from verl_isocompute.scaling.allocation import AllocationError, allocate_config
-    from verl_isocompute.scaling.curve import CurveError
-    from verl_isocompute.training.allocation_hook import (
-        CONFIG_PATH,
-        allocation_settings,
-        decoupled_n_train,
-    )
-
-    if not allocation_enabled(cfg):
-        return None
-    settings = allocation_settings(cfg)
-    if settings.dataset_size is None:
-        from dataclasses import replace
-
-        settings = replace(settings, dataset_size=dataset_size(cfg))
-    try:
-        return allocate_config(settings, n_train=decoupled_n_train(cfg))
-    except (AllocationError, CurveError) as exc:
-        raise AllocationError(f"{CONFIG_PATH}: {exc}") from None
-
-
-def lr_decision(cfg: DictConfig):
-    """The LRDecision of the recipe for this config: the allocation's when enabled, else the rule at the
-    config's B_problem and n; ``isocompute.lr.rule=null`` is base_lr at any batch."""
-    from verl_isocompute.training.allocation_hook import decoupled_n_train
-    from verl_isocompute.rules.lr import (
-        B_REF,
-        BASE_LR,
-        WARMUP_STEPS,
-        LRDecision,
-        resolve_lr,
-    )
-
-    b_problem = int(select(cfg, verl_keys.B_PROBLEM))
-    n = int(select(cfg, verl_keys.N))
-    n_train = decoupled_n_train(cfg)  # an error naming the key when the decoupled baseline lacks it
-    chosen = allocation(cfg)
-    if chosen is not None:
-        from verl_isocompute.training.allocation_hook import allocation_settings
-
-        settings = allocation_settings(cfg)
-        return resolve_lr(chosen.b_problem, chosen.n, settings.base_lr, settings.b_ref, chosen.lr_rule,
-                          chosen.warmup_steps, chosen.n_train)
-    rule = select(cfg, "isocompute.lr.rule", default="sqrt")
-    base_lr = float(select(cfg, "isocompute.lr.base_lr", default=BASE_LR))
-    b_ref = float(select(cfg, "isocompute.lr.b_ref", default=B_REF))
-    warmup = int(select(cfg, "isocompute.lr.warmup_steps", default=WARMUP_STEPS))
-    try:
-        if rule in (None, "none", "null"):
-            return LRDecision(base_lr, warmup, "null", b_problem * n, base_lr, b_ref)
-        return resolve_lr(b_problem, n, base_lr, b_ref, str(rule), warmup, None if n_train is None else int(n_train))
-    except ValueError as exc:
-        raise ValueError(f"isocompute.lr: {exc}") from None
+    return decide(cfg)
 
 
 def _lr(key: str, _root_: DictConfig) -> Any:
     if key not in ("lr", "warmup_steps"):
         raise ValueError(f"${{isocompute.lr:{key}}}: use lr or warmup_steps")
-    decision = lr_decision(_root_)
+    decision = _decide(_root_).lr
     return decision.lr if key == "lr" else decision.warmup_steps
 
 
-def _is_ours(raw: Any) -> bool:
-    """A raw (unresolved) value that is one of our interpolations, or derived from one (``${data.train_batch_size}``)."""
-    return isinstance(raw, str) and "${" in raw
+_NOT_GIVEN = object()
 
 
-def check_allocation_keys(cfg: DictConfig, chosen) -> None:
-    """Every verl key the allocation decides must still be an interpolation, or equal to the decision
-    (a value pasted from ``isocompute allocate --format overrides``); else one error naming both values."""
-    from verl_isocompute.scaling.allocation import AllocationError
-    from verl_isocompute.training.allocation_hook import CONFIG_PATH, verl_values
+def _allocation(key: str, default: Any = _NOT_GIVEN, outside: Any = _NOT_GIVEN, *, _root_: DictConfig) -> Any:
+    from verl_isocompute.training.allocation_hook import allocated_value
 
-    conflicts = []
-    for key, wanted in verl_values(chosen).items():
-        parent_key, _, leaf = key.rpartition(".")
-        parent = OmegaConf.select(cfg, parent_key)
-        node = parent._get_node(leaf) if OmegaConf.is_dict(parent) else None  # not `leaf in parent`: that resolves
-        raw = node._value() if node is not None else None
-        if raw is None or _is_ours(raw):
-            continue
-        if key == ALLOCATION_KEYS["total_epochs"]:
-            if int(raw) < wanted:
-                conflicts.append(f"{key}={raw} (allocation needs at least {wanted})")
-        elif isinstance(wanted, float) and isinstance(raw, (int, float)):
-            if abs(float(raw) - wanted) > 1e-6 * abs(wanted):
-                conflicts.append(f"{key}={raw} (allocation: {wanted!r})")
-        elif raw != wanted:
-            conflicts.append(f"{key}={raw} (allocation: {wanted!r})")
-    if conflicts:
-        raise AllocationError(
-            f"{CONFIG_PATH}.enable=true decides these keys, but the config or the command line sets them: "
-            f"{'; '.join(conflicts)}. Drop those settings, or set {CONFIG_PATH}.enable=false"
-            + (" (override_user applies to the Python hook apply_allocation only)" if flag(cfg, f"{CONFIG_PATH}.override_user") else "")
-        )
-
-
-_NO_DEFAULT = object()
-
-
-def _allocation(key: str, default: Any = _NO_DEFAULT, *, _root_: DictConfig) -> Any:
-    if key not in ALLOCATION_KEYS:
-        raise ValueError(f"${{isocompute.allocation:{key},...}}: use one of {', '.join(ALLOCATION_KEYS)}")
-    chosen = allocation(_root_)
-    if chosen is None:
-        if default is _NO_DEFAULT:
-            raise ValueError(
-                f"isocompute.allocation.enable=false, but the allocation piece replaced {ALLOCATION_KEYS[key]}: "
-                f"set {ALLOCATION_KEYS[key]} on the command line, or drop the piece"
-            )
-        return default
-    from verl_isocompute.training.allocation_hook import verl_values
-
-    check_allocation_keys(_root_, chosen)
-    value = verl_values(chosen)[ALLOCATION_KEYS[key]]
-    if key == "total_epochs" and default is not None:
-        return max(int(default), value)  # it only bounds the epoch loop: a larger default already lets M steps run
-    return value
+    given = {name: value for name, value in (("default", default), ("outside", outside)) if value is not _NOT_GIVEN}
+    return allocated_value(key, _root_, **given)
 
 
 def launch_dir() -> Path:

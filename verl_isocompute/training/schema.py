@@ -139,7 +139,12 @@ class ScheduleSettings:
 
 @dataclasses.dataclass(frozen=True)
 class PerPromptSettings:
-    """``isocompute.per_prompt_n``: per-prompt n under the step's budget (Knapsack RL, arXiv 2509.25849)."""
+    """``isocompute.per_prompt_n``: per-prompt n under the step's budget (Knapsack RL, arXiv 2509.25849).
+
+    The block's one type: the trainer's run-time split (:class:`verl_isocompute.scaling.adaptive.AdaptiveN`) reads
+    these settings as they are, and bounds each step's n_i by them
+    (:meth:`~verl_isocompute.scaling.adaptive.AdaptiveN.bounds`).
+    """
 
     enable: bool = setting(False, "true: B_problem x n rollouts split across the step's prompts by pass rate")
     n_min: int = setting(2, "fewest rollouts of a prompt (a group of 1 has no baseline)", minimum=2)
