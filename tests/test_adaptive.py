@@ -161,6 +161,7 @@ def _scheduled_trainer(curve_file, *overrides):
     trainer.config = _compose(curve_file, *overrides)
     trainer._read_settings(trainer.config)
     trainer.compute, trainer.train_dataset, trainer.global_steps = ComputeCounter(), [None] * 256, 1
+    trainer.started_at = "2026-01-01T00:00:00Z"  # the constructor stamps it; the header carries it as it is
     return trainer
 
 

@@ -169,7 +169,9 @@ def test_resumed_run_continues_compute(easy_run):
     before = {r["step"]: r for r in easy_run.killed_run_log[1:]}
     assert sorted(before) == [0, 1, 2, 3]  # the killed attempt had logged step 3
     header, *rows = easy_run.run_log
-    assert header == easy_run.killed_run_log[0]
+    killed_header = easy_run.killed_run_log[0]
+    assert "ended_at" not in killed_header and header["ended_at"] >= header["started_at"]  # killed: no end written
+    assert {k: v for k, v in header.items() if k != "ended_at"} == killed_header  # the resume keeps its first start
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]  # step 3 replaced, nothing duplicated
     assert [r["rollouts"] for r in rows] == [s * B_PROBLEM * N for s in range(5)]
     assert rows[:3] == [before[s] for s in range(3)]  # kept as they were

@@ -36,3 +36,18 @@ def test_what_the_block_created_is_removed_when_it_ends(tmp_path, monkeypatch):
         outside.close()
         outside.unlink()
     del lock
+
+
+def test_a_segment_made_after_the_ledger_is_gone_is_made_unrecorded(tmp_path, monkeypatch):
+    """Recording stays on in a process once a block turned it on; a segment created later, while the variable
+    names a ledger that does not exist (a later block's, not opened yet), is created and simply not recorded."""
+    monkeypatch.setenv(LEDGER_ENV, str(tmp_path / "first"))
+    with removing_shared_memory():
+        pass  # turns recording on in this process, as an earlier run's block in the same process would
+    monkeypatch.setenv(LEDGER_ENV, str(tmp_path / "not-yet"))
+    segment = shared_memory.SharedMemory(create=True, size=4096)
+    try:
+        assert (SHM_DIR / segment.name).exists() and not (tmp_path / "not-yet").exists()
+    finally:
+        segment.close()
+        segment.unlink()

@@ -106,6 +106,11 @@ def stock_without_user_batch(*overrides: str):
 def test_allocation_contradicting_the_command_line_is_one_error():
     with pytest.raises(Exception, match=r"actor_rollout_ref.rollout.n=8 \(allocation: \d+\).*Drop those settings"):
         resolved(stock("+isocompute=[allocation]", *ALLOCATE))
+    # every sized key plain on the command line: only the lr still reads the decision, and it refuses the mix
+    sizes = ["actor_rollout_ref.rollout.n=3", "data.train_batch_size=5", "trainer.total_training_steps=7",
+             "trainer.total_epochs=1"]
+    with pytest.raises(Exception, match=r"actor_rollout_ref.rollout.n=3 \(allocation: \d+\).*Drop those settings"):
+        resolved(stock_without_user_batch("+isocompute=[allocation]", *ALLOCATE, *sizes))
     with pytest.raises(Exception, match="allocation.enable=false, but the allocation piece replaced"):
         resolved(stock_without_user_batch("+isocompute=[allocation]", "isocompute.allocation.enable=false"))
 

@@ -35,7 +35,8 @@ _recording = False
 
 def _record(name: str) -> None:
     ledger = os.environ.get(LEDGER_ENV)
-    if ledger and name:
+    # no ledger directory (yet, or any more): nothing to record into; recording must never fail the creation
+    if ledger and name and os.path.isdir(ledger):
         Path(ledger, name).touch()
 
 

@@ -20,7 +20,7 @@ What they compute (each rule lives in one place; these functions only read the c
   lr; and the allocation's n, B_problem, steps or epochs, or DEFAULT when it is off (OUTSIDE instead in a config
   that is not one of our recipes: :func:`~verl_isocompute.training.allocation_hook.allocated_value`). A key the
   allocation decides but the config sets to another plain value (e.g. ``rollout.n=8`` on the command line with
-  the allocation on) is an error naming both values.
+  the allocation on) is an error naming both values, also when the lr is the only key that reads the decision.
 - ``isocompute.abspath:PATH``: PATH made absolute against the directory the run was started from (the
   driver's, recorded at plugin import in ``ISOCOMPUTE_LAUNCH_DIR``: verl resolves the config again in its
   TaskRunner, a Ray process whose working directory may differ).
@@ -82,8 +82,14 @@ def _decide(cfg: DictConfig):
 def _lr(key: str, _root_: DictConfig) -> Any:
     if key not in ("lr", "warmup_steps"):
         raise ValueError(f"${{isocompute.lr:{key}}}: use lr or warmup_steps")
-    decision = _decide(_root_).lr
-    return decision.lr if key == "lr" else decision.warmup_steps
+    decided = _decide(_root_)
+    if decided.allocation is not None:
+        # The allocation's lr belongs with its n and B: with every sized key set to a plain value on the command line
+        # no other resolver runs, and the allocation's lr would silently join the user's sizes.
+        from verl_isocompute.training.allocation_hook import check_allocation_keys
+
+        check_allocation_keys(_root_, decided.allocation)
+    return decided.lr.lr if key == "lr" else decided.lr.warmup_steps
 
 
 _NOT_GIVEN = object()
