@@ -169,7 +169,7 @@ def test_resumed_run_continues_compute(easy_run):
     before = {r["step"]: r for r in easy_run.killed_run_log[1:]}
     assert sorted(before) == [0, 1, 2, 3]  # the killed attempt had logged step 3
     header, *rows = easy_run.run_log
-    killed_header = easy_run.killed_run_log[0]
+    header, killed_header = header["header"], easy_run.killed_run_log[0]["header"]
     assert "ended_at" not in killed_header and header["ended_at"] >= header["started_at"]  # killed: no end written
     assert {k: v for k, v in header.items() if k != "ended_at"} == killed_header  # the resume keeps its first start
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]  # step 3 replaced, nothing duplicated
