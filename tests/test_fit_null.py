@@ -98,3 +98,15 @@ def test_the_removed_ema_is_refused_naming_its_replacement():
     with pytest.raises(ScalingError, match="--half-life"):
         FitConfig.from_dict({"ema": 0.8})
     assert fit_options({"half_life": 256}).half_life == 256
+
+
+def test_the_bootstrap_re_estimates_the_shared_r0_on_every_resample(tmp_path):
+    """Issue 43 item 2: a shared R0 held at its full-data value on every resample left its uncertainty out of every
+    interval. Each resample now refits R0 as the fit does (free per group, then the median), so it varies."""
+    write_null_sweep(tmp_path, seeds=5, noise=True, rng=np.random.default_rng(1))
+    options = FitConfig(metric="train/reward", compute="rollouts", group_by="n", bootstrap=40)
+    result = run_fit([tmp_path], None, options).result
+    curves = reward_curves(result)
+    r0 = np.stack([rc.draws[:, 0] for rc in curves])
+    assert np.isfinite(r0).all() and np.allclose(r0[0], r0[1])  # one R0 shared by every n on a resample
+    assert r0[0].std() > 1e-4 and len(np.unique(np.round(r0[0], 9))) > 10

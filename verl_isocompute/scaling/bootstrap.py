@@ -28,7 +28,9 @@ def bootstrap_curves(frontier, groups, curves, free_r0, settings):
     over seeds with one run per group).
 
     A run drawn twice counts twice; each refit starts from the full-data curve; with a shared R0, the
-    resample's R0 is the median of the first-pass R0 of the groups it contains. All resamples are done
+    resample's R0 is re-estimated as the fit estimates it (issue 43): each group refitted on the resample with R0
+    free, the median of those R0, then every group refitted with it. Holding the full-data R0 fixed made the
+    intervals too narrow (R0's own uncertainty never entered them). All resamples are done
     together: the binned data of every (resample, group) is a product of the resample's run counts with each
     run's binned sums, and the refits run in lock step (:func:`verl_isocompute.scaling.lsq.least_squares_batch`).
     With ``fit_on="records"`` a group is fitted to the record-breaking points of its resampled runs' own records
@@ -62,15 +64,28 @@ def bootstrap_curves(frontier, groups, curves, free_r0, settings):
     fittable = (w > 0).sum(axis=2) >= MIN_POINTS
     present = w.sum(axis=2) > 0
     r0 = None
-    if free_r0 is not None:
-        r0_by_group = np.array([free_r0[g.key] for g in groups])
-        r0 = np.nanmedian(np.where(present, r0_by_group, np.nan), axis=1)  # (resamples,)
     b_idx, g_idx = np.nonzero(fittable)
+    if free_r0 is not None:
+        starts = [_with_r0(curves[groups[j].key], free_r0[groups[j].key]) for j in g_idx]
+        free = np.full((resamples, G), np.nan)
+        free[b_idx, g_idx] = refit_batch(u[b_idx, g_idx], y[b_idx, g_idx], w[b_idx, g_idx], None, starts)[:, 0]
+        r0_by_group = np.array([free_r0[g.key] for g in groups])
+        fallback = np.nanmedian(np.where(present, r0_by_group, np.nan), axis=1)  # no group refitted: the fit's R0
+        with np.errstate(all="ignore"):
+            r0 = np.where(np.isfinite(free).any(axis=1), np.nanmedian(np.where(np.isfinite(free), free, np.nan)
+                                                                      if free.size else free, axis=1), fallback)
     fits = refit_batch(u[b_idx, g_idx], y[b_idx, g_idx], w[b_idx, g_idx],
                         None if r0 is None else r0[b_idx], [curves[groups[j].key] for j in g_idx])
     curve_params = np.full((resamples, G, 4), np.nan)
     curve_params[b_idx, g_idx] = fits
     return curve_params, cover
+
+
+def _with_r0(curve, r0):
+    """The full-data curve with the group's own first-pass R0: where a free-R0 refit starts."""
+    from dataclasses import replace
+
+    return replace(curve, R0=min(float(r0), curve.A))
 
 
 def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settings, resampled=None):
