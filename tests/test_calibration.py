@@ -31,3 +31,21 @@ def test_the_t_interval_holds_its_estimate_and_corrects_for_few_seeds():
     # t(2) = 4.303 and sqrt(3 / 2): about 5.27 SDs each side, where a percentile interval gives ~1.96
     assert low < 0.5 < high and (high - low) / 2 == pytest.approx(4.303 * np.sqrt(1.5) * draws.std(ddof=1), rel=1e-3)
     assert all(np.isnan(t_interval(0.5, draws, seeds=1)))
+
+
+def test_flat_resamples_count_in_a_moving_fits_intervals(tmp_path):
+    """Issue 43 item 3: the sigmoid's bootstrap skipped every resample on which n* did not move, so its intervals
+    were conditional on n* moving. On a truly flat sweep (n = 2 ahead wherever both run) whose full-data envelope
+    moves by noise, the flat resamples are kept as L = 0 draws, counted, and the fit says it cannot tell."""
+    from verl_isocompute.scaling.calibration import write_case
+    from verl_isocompute.scaling.pipeline import FitConfig, run_fit
+
+    write_case(next(c for c in CASES if c.name == "flat"), tmp_path, np.random.default_rng(5))
+    result = run_fit([tmp_path], None, FitConfig(metric="train/reward", group_by="n", bootstrap=100, seed=0)).result
+    assert result.flat is None and result.curve is not None and result.curve.L > 0  # the full data: n* moves
+    stats = result.bootstrap
+    assert stats["succeeded"] + stats["failed"] == stats["requested"] == 100
+    assert stats["flat"] >= 20 and int((result.bootstrap_params[:, 0] == 0).sum()) == stats["flat"]
+    assert result.ci is not None and result.ci.set_index("param").loc["L", "low"] == 0.0  # flat draws in the interval
+    assert any("cannot tell a moving n* from a flat one" in w for w in result.warnings)
+    assert result.curve.provenance["bootstrap_flat"] == stats["flat"]

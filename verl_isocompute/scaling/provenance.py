@@ -18,6 +18,7 @@ def sigmoid_provenance(frontier, groups, settings, fit, ci, stats) -> dict[str, 
         "rmse_log2_n": fit.rmse,
         "at_bounds": list(fit.at_bounds),
         "bootstrap_succeeded": stats["succeeded"],
+        "bootstrap_flat": stats.get("flat", 0),  # of them, resamples on which n* does not move (counted as L = 0)
     }
     if ci is not None:
         prov["ci95"] = {row.param: [float(row.low), float(row.high)] for row in ci.itertuples()}
