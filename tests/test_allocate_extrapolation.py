@@ -44,3 +44,19 @@ def test_strict_refuses_an_extrapolated_budget_and_a_budget_inside_the_range_pas
     assert cli.main(["allocate", "--curve", curve, "--budget", "1500", "--b-problem", "8", "--format", "json"]) == 0
     captured = capsys.readouterr()
     assert "warning" not in captured.err and 1 < json.loads(captured.out)["extrapolation"]["factor"] < 2
+
+
+def test_the_curve_records_the_runs_lr_settings_and_allocate_uses_them(curve, capsys):
+    """Issue 43 item 4: allocate printed the recipe default (lr 1.25e-7, 10 warm-up steps at n = 2) for a curve fitted
+    on runs at lr 1.25e-6 with 2 warm-up steps, and curve.json did not record them."""
+    settings = json.loads(Path(curve).read_text())["provenance"]["lr_settings"]
+    assert (settings["lr_rule"], settings["warmup_steps"]) == ("sqrt", 2)
+    assert {(r["lr"], r["batch_rollouts"]) for r in settings["runs"].values()} == {(1.25e-6, 16.0), (2.5e-6, 64.0)}
+    assert cli.main(["allocate", "--curve", curve, "--budget", "512", "--b-problem", "8", "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["n"] == 2 and got["lr"] == pytest.approx(1.25e-6) and got["warmup_steps"] == 2
+    assert any(r.startswith("lr: the settings of the runs behind the curve") for r in got["reasons"])
+    assert cli.main(["allocate", "--curve", curve, "--budget", "512", "--b-problem", "8", "--warmup-steps", "5",
+                     "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["warmup_steps"] == 5 and any("not the settings of the runs behind the curve" in r for r in got["reasons"])

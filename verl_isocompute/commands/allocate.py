@@ -194,12 +194,35 @@ def extrapolation(curve_spec: Any, allocation: Any) -> dict[str, Any] | None:
     return {"C": float(c), "c_range": [float(lo), float(hi)], "factor": float(factor)} if factor > 1 else None
 
 
+_LR_KEYS = ("base_lr", "b_ref", "lr_rule", "warmup_steps")
+
+
+def _runs_lr(settings: Any, args: argparse.Namespace) -> tuple[Any, str | None]:
+    """The lr settings of the runs behind a fitted curve (``provenance.lr_settings``, issue 43), used unless the
+    command line or a recipe gives its own; a reason line says which were used."""
+    from verl_isocompute.scaling.curve import load_curve
+
+    curve = load_curve(settings.curve) if isinstance(settings.curve, (str, os.PathLike)) else settings.curve
+    runs = (getattr(curve, "provenance", None) or {}).get("lr_settings")
+    if not isinstance(runs, dict) or not all(key in runs for key in ("base_lr", "b_ref", "lr_rule", "warmup_steps")):
+        return settings, None
+    theirs = {key: runs[key] for key in _LR_KEYS}
+    said = ", ".join(f"{key} {runs[key]:g}" if isinstance(runs[key], (int, float)) else f"{key} {runs[key]}" for key in _LR_KEYS)
+    if args.recipe is not None or any(getattr(args, key, None) is not None for key in _LR_KEYS):
+        ours = ", ".join(f"{key} {getattr(settings, key)}" for key in _LR_KEYS)
+        return settings, f"lr: uses {ours} (given), not the settings of the runs behind the curve ({said})"
+    return replace(settings, **theirs), f"lr: the settings of the runs behind the curve ({said}), from its provenance"
+
+
 def run(args: argparse.Namespace) -> int:
     from verl_isocompute.commands.cli import error
 
     _compare_value(args)
     settings, n_train = settings_from_args(args)
+    settings, lr_note = _runs_lr(settings, args)
     allocation = allocate_config(settings, n_train=n_train)
+    if lr_note:
+        allocation = replace(allocation, reasons=(*allocation.reasons, lr_note))
     beyond = extrapolation(settings.curve, allocation)
     if beyond and beyond["factor"] > EXTRAPOLATION_LIMIT:
         lo, hi = beyond["c_range"]
