@@ -60,3 +60,13 @@ def test_the_curve_records_the_runs_lr_settings_and_allocate_uses_them(curve, ca
                      "--format", "json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["warmup_steps"] == 5 and any("not the settings of the runs behind the curve" in r for r in got["reasons"])
+
+
+def test_a_multiplier_clamped_where_the_runs_start_reads_as_a_bound():
+    """At C = 16 n = 8 (first step at 64 rollouts) read "<= 4x [4.00x, 9.83x]": resamples clamped at C_min / C were
+    printed as values. They read "<= 4.00x" now; an end past the range still reads "past fit"."""
+    from verl_isocompute.scaling.compare_spread import interval_text
+
+    assert interval_text(4.0, 9.83, ".2f", "x", floor=4.0) == " [<= 4.00x, 9.83x]"
+    assert interval_text(4.0, float("inf"), ".2f", "x", floor=4.0) == " [<= 4.00x, past fit]"
+    assert interval_text(1.0, 1.5, ".2f", "x") == " [1.00x, 1.50x]"

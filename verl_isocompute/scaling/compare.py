@@ -245,7 +245,8 @@ def _format_spread(table: pd.DataFrame, metric: str, compute_unit: str, chosen_n
         for row in part.to_dict("records"):
             reward = (f"{row['reward']:.4f}" + interval_text(row["reward_low"], row["reward_high"], ".3f")
                       if row["reward_status"] == FITTED else f"({row['reward_status']})")
-            multiplier = multiplier_text(row) + interval_text(row["multiplier_low"], row["multiplier_high"], ".2f", "x")
+            multiplier = multiplier_text(row) + interval_text(row["multiplier_low"], row["multiplier_high"], ".2f", "x",
+                                                              floor=row["C_min"] / row["C"] if row["C_min"] > row["C"] else None)
             mark = "  <- compute-optimal" if row["optimal"] else ""
             mark += "  <- allocated" if chosen_n is not None and row["n"] == chosen_n else ""
             mark += f"  (b_problem = {int(row['b_problem'])})" if part["n"].duplicated(keep=False).any() else ""

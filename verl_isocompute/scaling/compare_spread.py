@@ -91,9 +91,17 @@ def percentiles(values: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def interval_text(low: float, high: float, fmt: str, suffix: str = "") -> str:
-    """" [low, high]" of a bootstrap interval; an infinite end reads "past fit" (not reached within the range)."""
+def interval_text(low: float, high: float, fmt: str, suffix: str = "", floor: float | None = None) -> str:
+    """" [low, high]" of a bootstrap interval; an infinite end reads "past fit" (not reached within the range), and
+    an end at ``floor`` (a multiplier's C_min / C: reached where n's runs start, so at most that) reads "<= floor"
+    (issue 43: at C = 16 the n = 8 row read "<= 4x [4.00x, 9.83x]", a bound printed as a value)."""
     if not np.isfinite(low) and not np.isfinite(high):
         return " [past fit]" if low == high == np.inf else ""
-    high_text = "past fit" if high == np.inf else f"{high:{fmt}}{suffix}"
-    return f" [{low:{fmt}}{suffix}, {high_text}]"
+
+    def end(value: float) -> str:
+        if value == np.inf:
+            return "past fit"
+        at_floor = floor is not None and value <= floor * (1 + EDGE)
+        return f"{'<= ' if at_floor else ''}{value:{fmt}}{suffix}"
+
+    return f" [{end(low)}, {end(high)}]"
