@@ -42,7 +42,7 @@ def test_seeds_give_intervals_around_the_estimates_and_shares_that_add_up():
     best = table[table["optimal"]]
     assert (best["best_share"] > 0.5).all()  # the estimate's n* is the usual n* of the resamples
     text = format_table(table, "val/avg@4", "rollouts")
-    assert "[95%]: percentiles over" in text and "n* in" in text
+    assert "[95%]: reward: t interval on seeds - 1 df" in text and "n* in" in text
 
 
 def test_the_intervals_move_with_the_seeds_not_with_the_estimate():
@@ -80,7 +80,7 @@ def test_the_curve_file_carries_the_resamples_and_allocate_compare_prints_them(t
     capsys.readouterr()
     assert cli_main(["allocate", "--curve", str(out / "curve.json"), "--budget", "1e6", "--compare"]) == 0
     text = capsys.readouterr().out
-    assert "reward at C [95%]" in text and "[95%]: percentiles over" in text
+    assert "reward at C [95%]" in text and "[95%]: reward: t interval on seeds - 1 df" in text
     assert cli_main(["allocate", "--curve", str(out / "curve.json"), "--budget", "1e6", "--compare", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["compare"]["rows"]
     assert all(r["resamples"] > 0 and 0.0 <= r["best_share"] <= 1.0 for r in rows)

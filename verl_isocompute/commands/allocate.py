@@ -18,8 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import sys
 import warnings
 from dataclasses import replace
+from typing import Any
 
 from verl_isocompute.scaling.allocation import (
     Allocation,
@@ -29,6 +32,8 @@ from verl_isocompute.scaling.allocation import (
 )
 from verl_isocompute.scaling.curve import preset_names
 from verl_isocompute.training.allocation_hook import overrides
+
+PROG = "isocompute allocate"
 
 _DEFAULTS = AllocationConfig()
 # flag dest -> isocompute.allocation key, for flags that set a key of the block
@@ -88,6 +93,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides of --recipe, as on the run's command line")
     parser.add_argument(
         "--format", choices=("table", "json", "overrides"), default="table", help="output format (default %(default)s)"
+    )
+    parser.add_argument(
+        "--strict", action="store_true",
+        help=f"refuse a budget more than {EXTRAPOLATION_LIMIT:g}x outside the compute range the curve was fitted on "
+             "(without it: a warning on stderr, and the json's extrapolation field)",
     )
     parser.add_argument(
         "--compare", nargs="?", const="all", metavar="n=N,N,...",
@@ -163,16 +173,72 @@ def _compare_value(args: argparse.Namespace) -> None:
         args.compare = "all"
 
 
+# How far outside the fitted compute range a budget may go before allocate warns (issue 43): within 2x the curve
+# is read a little past its data, as the grid's ends are; beyond, n*(C) is a guess the runs did not test.
+EXTRAPOLATION_LIMIT = 2.0
+
+
+def extrapolation(curve_spec: Any, allocation: Any) -> dict[str, Any] | None:
+    """How far the allocation's budget lies outside the curve's fitted compute range: ``{"C", "c_range", "factor"}``
+    (factor = C / C_max above the range, C_min / C below it), or None inside it or without a range."""
+    from verl_isocompute.scaling.curve import load_curve
+
+    curve = load_curve(curve_spec) if isinstance(curve_spec, (str, os.PathLike)) else curve_spec
+    if curve is None or curve.c_range is None:
+        return None
+    c = allocation.budget_tokens if curve.compute_unit == "tokens" else allocation.budget_rollouts
+    if not c:
+        return None
+    lo, hi = curve.c_range
+    factor = max(lo / c, c / hi)
+    return {"C": float(c), "c_range": [float(lo), float(hi)], "factor": float(factor)} if factor > 1 else None
+
+
+_LR_KEYS = ("base_lr", "b_ref", "lr_rule", "warmup_steps")
+
+
+def _runs_lr(settings: Any, args: argparse.Namespace) -> tuple[Any, str | None]:
+    """The lr settings of the runs behind a fitted curve (``provenance.lr_settings``, issue 43), used unless the
+    command line or a recipe gives its own; a reason line says which were used."""
+    from verl_isocompute.scaling.curve import load_curve
+
+    curve = load_curve(settings.curve) if isinstance(settings.curve, (str, os.PathLike)) else settings.curve
+    runs = (getattr(curve, "provenance", None) or {}).get("lr_settings")
+    if not isinstance(runs, dict) or not all(key in runs for key in ("base_lr", "b_ref", "lr_rule", "warmup_steps")):
+        return settings, None
+    theirs = {key: runs[key] for key in _LR_KEYS}
+    said = ", ".join(f"{key} {runs[key]:g}" if isinstance(runs[key], (int, float)) else f"{key} {runs[key]}" for key in _LR_KEYS)
+    if args.recipe is not None or any(getattr(args, key, None) is not None for key in _LR_KEYS):
+        ours = ", ".join(f"{key} {getattr(settings, key)}" for key in _LR_KEYS)
+        return settings, f"lr: uses {ours} (given), not the settings of the runs behind the curve ({said})"
+    return replace(settings, **theirs), f"lr: the settings of the runs behind the curve ({said}), from its provenance"
+
+
 def run(args: argparse.Namespace) -> int:
+    from verl_isocompute.commands.cli import error
+
     _compare_value(args)
     settings, n_train = settings_from_args(args)
+    settings, lr_note = _runs_lr(settings, args)
     allocation = allocate_config(settings, n_train=n_train)
+    if lr_note:
+        allocation = replace(allocation, reasons=(*allocation.reasons, lr_note))
+    beyond = extrapolation(settings.curve, allocation)
+    if beyond and beyond["factor"] > EXTRAPOLATION_LIMIT:
+        lo, hi = beyond["c_range"]
+        where = (f"C = {beyond['C']:.3g} is {beyond['factor']:.3g}x {'above' if beyond['C'] > hi else 'below'} the "
+                 f"compute range the curve was fitted on [{lo:.3g}, {hi:.3g}]")
+        if args.strict:
+            return error(PROG, f"{where}: --strict refuses an extrapolation beyond {EXTRAPOLATION_LIMIT:g}x; fit runs "
+                               "that reach this budget, or choose a budget within the range")
+        print(f"{PROG}: warning: {where}: n*(C) is extrapolated, not measured; --strict refuses this", file=sys.stderr)
     if args.compare is not None:
         from verl_isocompute.scaling.compare import for_allocation
 
         comparison = for_allocation(settings.curve, allocation, args.compare, args.format)
     if args.format == "json":
-        print(json.dumps({**allocation.to_dict(), **({"compare": comparison} if args.compare else {})}, indent=2, allow_nan=False))
+        print(json.dumps({**allocation.to_dict(), "extrapolation": beyond,
+                          **({"compare": comparison} if args.compare else {})}, indent=2, allow_nan=False))
     elif args.format == "overrides":
         print(" ".join(overrides(allocation)))
     else:

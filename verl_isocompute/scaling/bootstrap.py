@@ -28,7 +28,9 @@ def bootstrap_curves(frontier, groups, curves, free_r0, settings):
     over seeds with one run per group).
 
     A run drawn twice counts twice; each refit starts from the full-data curve; with a shared R0, the
-    resample's R0 is the median of the first-pass R0 of the groups it contains. All resamples are done
+    resample's R0 is re-estimated as the fit estimates it (issue 43): each group refitted on the resample with R0
+    free, the median of those R0, then every group refitted with it. Holding the full-data R0 fixed made the
+    intervals too narrow (R0's own uncertainty never entered them). All resamples are done
     together: the binned data of every (resample, group) is a product of the resample's run counts with each
     run's binned sums, and the refits run in lock step (:func:`verl_isocompute.scaling.lsq.least_squares_batch`).
     With ``fit_on="records"`` a group is fitted to the record-breaking points of its resampled runs' own records
@@ -62,10 +64,16 @@ def bootstrap_curves(frontier, groups, curves, free_r0, settings):
     fittable = (w > 0).sum(axis=2) >= MIN_POINTS
     present = w.sum(axis=2) > 0
     r0 = None
-    if free_r0 is not None:
-        r0_by_group = np.array([free_r0[g.key] for g in groups])
-        r0 = np.nanmedian(np.where(present, r0_by_group, np.nan), axis=1)  # (resamples,)
     b_idx, g_idx = np.nonzero(fittable)
+    if free_r0 is not None:
+        starts = [_with_r0(curves[groups[j].key], free_r0[groups[j].key]) for j in g_idx]
+        free = np.full((resamples, G), np.nan)
+        free[b_idx, g_idx] = refit_batch(u[b_idx, g_idx], y[b_idx, g_idx], w[b_idx, g_idx], None, starts)[:, 0]
+        r0_by_group = np.array([free_r0[g.key] for g in groups])
+        fallback = np.nanmedian(np.where(present, r0_by_group, np.nan), axis=1)  # no group refitted: the fit's R0
+        with np.errstate(all="ignore"):
+            r0 = np.where(np.isfinite(free).any(axis=1), np.nanmedian(np.where(np.isfinite(free), free, np.nan)
+                                                                      if free.size else free, axis=1), fallback)
     fits = refit_batch(u[b_idx, g_idx], y[b_idx, g_idx], w[b_idx, g_idx],
                         None if r0 is None else r0[b_idx], [curves[groups[j].key] for j in g_idx])
     curve_params = np.full((resamples, G, 4), np.nan)
@@ -73,23 +81,42 @@ def bootstrap_curves(frontier, groups, curves, free_r0, settings):
     return curve_params, cover
 
 
+def _with_r0(curve, r0):
+    """The full-data curve with the group's own first-pass R0: where a free-R0 refit starts."""
+    from dataclasses import replace
+
+    return replace(curve, R0=min(float(r0), curve.A))
+
+
 def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settings, resampled=None):
     """Resample runs with replacement and redo steps 3 to 5 (:func:`bootstrap_curves`, or its result passed as
-    ``resampled``; then :func:`envelope` and the sigmoid, from the full-data sigmoid); returns (successful
-    params, counts)."""
-    stats = {"requested": int(settings["bootstrap"]), "succeeded": 0, "failed": 0}
+    ``resampled``; then :func:`envelope` and the sigmoid, from the full-data sigmoid); returns (params of every
+    resample that has an answer, counts).
+
+    Every resample counts (issue 43): one on which n* does not move over its range is a flat n*(C), drawn as the
+    flat curve (L = 0, b = log2 of its n; k and log10_C0 placeholders), not skipped. Skipping them made the
+    intervals conditional on n* moving (a truly flat sweep read "n* rises" with 83 of 200 flat resamples dropped).
+    ``stats``: ``requested``, ``succeeded`` (moving and flat), ``flat`` (of them), ``failed`` (no envelope, or a
+    sigmoid refit that did not converge)."""
+    stats = {"requested": int(settings["bootstrap"]), "succeeded": 0, "failed": 0, "flat": 0}
     found = resampled_envelopes(frontier, groups, curves, free_r0, settings, resampled)
     if found is None:
         return np.empty((0, 4)), stats
     grid, covered, winners, smoothed, ok = found
-    ok &= np.nanmax(winners, axis=1, initial=-np.inf) > np.nanmin(winners, axis=1, initial=np.inf)  # n* moves
+    top = np.nanmax(np.where(covered, winners, -np.inf), axis=1, initial=-np.inf)
+    moves = top > np.nanmin(np.where(covered, winners, np.inf), axis=1, initial=np.inf)
+    flat = ok & ~moves
+    ok &= moves
     draws = np.empty((0, 4))
     if ok.any():
         x = np.log10(np.where(covered[ok], grid[ok], 1.0))
         draws, converged = sigmoid_batch(x, np.where(covered[ok], smoothed[ok], 0.0), covered[ok].astype(float),
                                           params, n_range, settings["k_max"])
         draws = draws[converged]
-    stats["succeeded"] = len(draws)
+    flat_draws = np.column_stack([np.zeros(int(flat.sum())), np.full(int(flat.sum()), params[1]),
+                                  np.full(int(flat.sum()), params[2]), top[flat]])
+    draws = np.concatenate([draws, flat_draws])
+    stats["succeeded"], stats["flat"] = len(draws), len(flat_draws)
     stats["failed"] = int(stats["requested"] - len(draws))
     return draws, stats
 
@@ -108,6 +135,26 @@ def bootstrap_flat(frontier, groups, curves, free_r0, log2_n_star, settings, res
     stats["succeeded"], stats["flat"] = int(ok.sum()), int((ok & same).sum())
     stats["failed"] = stats["requested"] - stats["succeeded"]
     return stats
+
+
+# A minority of resamples of the other kind at least this large: the fit cannot tell flat from moving, and says so.
+FLAT_UNSETTLED = 0.2
+
+
+def flat_vs_moving(stats: dict[str, int], moving_fit: bool) -> list[str]:
+    """The bootstrap's word on flat vs moving, every resample counted: the share of resamples on which n* stays at
+    one n, for a fit whose n* moves (``moving_fit``) or is flat, and that the runs cannot tell when the other kind
+    holds at least :data:`FLAT_UNSETTLED` of them."""
+    if not stats.get("succeeded"):
+        return []
+    other = stats.get("flat", 0) if moving_fit else stats["succeeded"] - stats.get("flat", 0)
+    if not other:
+        return []
+    share = other / stats["succeeded"]
+    kind = "stays at one n over the whole range" if moving_fit else "moves (or another n wins somewhere)"
+    counted = "; they count in the intervals as a flat n*(C), L = 0" if moving_fit else ""
+    unsettled = ": the runs cannot tell a moving n* from a flat one" if share >= FLAT_UNSETTLED else ""
+    return [f"n* {kind} on {other} of {stats['succeeded']} bootstrap resamples ({share:.0%}){counted}{unsettled}"]
 
 
 def resampled_envelopes(frontier, groups, curves, free_r0, settings, resampled=None):

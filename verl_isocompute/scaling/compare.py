@@ -113,7 +113,8 @@ def compare_at(
 
     When the curves carry the fit's bootstrap (each n's curve refitted on resamples of its runs, the seeds:
     :func:`~verl_isocompute.scaling.bootstrap.bootstrap_curves`), the comparison is redone on every resample
-    (:func:`~verl_isocompute.scaling.compare_spread.resampled`): ``reward_low`` / ``reward_high`` and ``multiplier_low`` / ``multiplier_high`` are 95%
+    (:func:`~verl_isocompute.scaling.compare_spread.resampled`): ``reward_low`` / ``reward_high`` a 95% t interval
+    (``compare_spread.t_interval``; NaN with one run), ``multiplier_low`` / ``multiplier_high`` 95%
     percentile intervals (inf: on some resamples this n does not reach R* within its fitted range),
     ``best_share`` the share of resamples in which this n gives R*, ``resamples`` how many were used; NaN (0)
     without a bootstrap.
@@ -244,14 +245,16 @@ def _format_spread(table: pd.DataFrame, metric: str, compute_unit: str, chosen_n
         for row in part.to_dict("records"):
             reward = (f"{row['reward']:.4f}" + interval_text(row["reward_low"], row["reward_high"], ".3f")
                       if row["reward_status"] == FITTED else f"({row['reward_status']})")
-            multiplier = multiplier_text(row) + interval_text(row["multiplier_low"], row["multiplier_high"], ".2f", "x")
+            multiplier = multiplier_text(row) + interval_text(row["multiplier_low"], row["multiplier_high"], ".2f", "x",
+                                                              floor=row["C_min"] / row["C"] if row["C_min"] > row["C"] else None)
             mark = "  <- compute-optimal" if row["optimal"] else ""
             mark += "  <- allocated" if chosen_n is not None and row["n"] == chosen_n else ""
             mark += f"  (b_problem = {int(row['b_problem'])})" if part["n"].duplicated(keep=False).any() else ""
             lines.append(f"  {row['n']:>6}  {reward:>26}  {multiplier:>34}  {row['best_share']:>6.0%}{mark}")
     used = int(table["resamples"].max())
-    lines.append(f"[95%]: percentiles over {used} bootstrap resamples of each n's runs (seeds; `isocompute fit "
-                 "--bootstrap`), the comparison redone on each; n* in: the share of them in which that n gives R*")
+    lines.append(f"[95%]: reward: t interval on seeds - 1 df, SE from {used} bootstrap resamples of each n's runs (seeds; "
+                 "`isocompute fit --bootstrap`); multiplier: their percentiles; n* in: the share of resamples in which "
+                 "that n gives R* (not a probability that it is n*)")
     return "\n".join(lines)
 
 
@@ -282,9 +285,11 @@ def to_json(table: pd.DataFrame, metric: str, compute_unit: str) -> dict[str, An
         "compute_unit": compute_unit,
         "form": FORM,
         "reference": "R* = the best fitted per-n curve covering C (the compute-optimal n at C); multiplier = C_n(R*) / C",
-        **({"intervals": "reward_low/high, multiplier_low/high: 95% percentiles over `resamples` bootstrap resamples of "
-                         "each n's runs (seeds), the comparison redone on each (multiplier_high null: past the fitted "
-                         "range on some); best_share: the share of them in which that n gives R*"}
+        **({"intervals": "reward_low/high: 95% t interval on (runs of that n) - 1 df around the fitted reward, its SE "
+                         "from `resamples` bootstrap resamples of each n's runs (seeds); multiplier_low/high: 95% "
+                         "percentiles of those resamples, the comparison redone on each (multiplier_high null: past "
+                         "the fitted range on some); best_share: the share of them in which that n gives R* (a "
+                         "resampling share, not the probability that n is n*)"}
            if "resamples" in table and (table["resamples"] > 0).any() else {}),
         "budgets": budgets,
     }

@@ -70,7 +70,7 @@ import numpy as np
 import pandas as pd
 
 from verl_isocompute import _compat
-from verl_isocompute.scaling.bootstrap import bootstrap_curves, bootstrap_flat, bootstrap_sigmoid
+from verl_isocompute.scaling.bootstrap import bootstrap_curves, bootstrap_flat, bootstrap_sigmoid, flat_vs_moving
 from verl_isocompute.scaling.curve import Curve, sigmoid_log2_n
 from verl_isocompute.scaling.envelope import GRID_PER_DECADE, edge_switches, empty_grid, envelope_table, log_grid
 from verl_isocompute.scaling.errors import FitError, ScalingError
@@ -234,7 +234,7 @@ def fit_frontier(
             "consider --fit-on all"
         )
     settings = dict(
-        group_by=",".join(keys), fit_on=fit_on, shared_r0=shared_r0, bucket=frontier.bucket, ema=frontier.ema,
+        group_by=",".join(keys), fit_on=fit_on, shared_r0=shared_r0, bucket=frontier.bucket, half_life=frontier.half_life,
         window=window, grid_per_decade=grid_per_decade, k_max=k_max, bootstrap=bootstrap, seed=seed,
         bootstrap_over=bootstrap_over,
     )
@@ -315,7 +315,7 @@ def fit_frontier(
         # how many resamples the same n wins everywhere.
         only = int(table["n_star"].iloc[0])
         flat = bootstrap_flat(frontier, fitted, curves, free_r0, math.log2(only), settings, resampled)
-        warnings.extend(_flat_warnings(only, fitted_n))  # the n in the envelope: an unfitted n was not compared
+        warnings.extend(_flat_warnings(only, fitted_n) + flat_vs_moving(flat, moving_fit=False))  # the n in the envelope: an unfitted n was not compared
         table["log2_n_star_fit"] = math.log2(only)
         table["residual"] = table["log2_n_star_smoothed"] - table["log2_n_star_fit"]
         c_range = (float(grid_c[0]), float(grid_c[-1]))
@@ -358,6 +358,7 @@ def fit_frontier(
         table["log2_n_star_high"] = np.percentile(band, 97.5, axis=0)
     if bootstrap and stats["failed"]:
         warnings.append(f"{stats['failed']} of {bootstrap} bootstrap resamples could not be fitted and were skipped")
+    warnings.extend(flat_vs_moving(stats, moving_fit=True))
     single = [group_label(g.key, keys) for g in fitted if len(g.runs) == 1]
     if bootstrap and bootstrap_over == "seeds" and len(single) == len(fitted):
         warnings.append("every group has a single run: the run-to-run variation is not measured, so the fit has no "

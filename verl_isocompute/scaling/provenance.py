@@ -18,6 +18,7 @@ def sigmoid_provenance(frontier, groups, settings, fit, ci, stats) -> dict[str, 
         "rmse_log2_n": fit.rmse,
         "at_bounds": list(fit.at_bounds),
         "bootstrap_succeeded": stats["succeeded"],
+        "bootstrap_flat": stats.get("flat", 0),  # of them, resamples on which n* does not move (counted as L = 0)
     }
     if ci is not None:
         prov["ci95"] = {row.param: [float(row.low), float(row.high)] for row in ci.itertuples()}
@@ -48,4 +49,28 @@ def runs_provenance(frontier, groups, settings) -> dict[str, Any]:
         "runs": runs,
         "b_problem": sorted(int(b) for b in frontier.points["b_problem"].unique()),
         **settings,
+        **({"lr_settings": lr} if (lr := lr_settings(frontier.runs, runs)) else {}),
+    }
+
+
+def lr_settings(table, runs) -> dict[str, Any] | None:
+    """The lr settings of the runs behind the curve, from their run-log headers (issue 43): ``lr_rule``,
+    ``warmup_steps``, and ``base_lr`` / ``b_ref`` as one run's lr and its batch (rollouts per step), which is the
+    rule's anchor: under the sqrt rule lr(B) = base_lr x sqrt(B / b_ref) for any run of it. ``runs`` lists each
+    run's lr and batch. None when the headers do not say (logs other than ours), or the runs disagree on the rule
+    or the warm-up (then there is no one setting to reuse)."""
+    keys = ("lr", "lr_warmup_steps", "lr_rule", "lr_batch_rollouts")
+    if table is None or not set(keys) <= set(table.columns):
+        return None
+    rows = table[table["run"].isin(runs)]
+    if rows.empty or rows[list(keys)].isna().any().any():
+        return None
+    if rows["lr_rule"].nunique() != 1 or rows["lr_warmup_steps"].nunique() != 1:
+        return None
+    first = rows.iloc[0]
+    return {
+        "lr_rule": str(first["lr_rule"]), "warmup_steps": int(first["lr_warmup_steps"]),
+        "base_lr": float(first["lr"]), "b_ref": float(first["lr_batch_rollouts"]),
+        "runs": {str(r["run"]): {"lr": float(r["lr"]), "batch_rollouts": float(r["lr_batch_rollouts"])}
+                 for _, r in rows.iterrows()},
     }

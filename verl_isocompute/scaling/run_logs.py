@@ -244,8 +244,8 @@ def _finalize(raw: RawRun, settings: RunSettings, derive_compute: bool, notes: _
             meta["tokens_source"] = "derived"
     meta["steps"] = len(step)
     meta["duplicate_steps"] = duplicates
-    for key in ("model", "recipe", "dataset_size"):
-        meta[key] = raw.header.get(key)
+    for key in ("model", "recipe", "dataset_size", "lr", "lr_warmup_steps", "lr_rule", "lr_batch_rollouts"):
+        meta[key] = raw.header.get(key)  # the lr settings: what curve.json records of the runs (provenance.py)
     return cols, meta
 
 

@@ -1,0 +1,99 @@
+"""Known-truth sweeps for calibrating the fit's intervals (issue 43, item 2): the coverage of the per-n reward
+intervals, the share of datasets whose 95 % interval holds the true R_n(C).
+
+Each case is a small sweep whose per-n curves are known (ScaleRL's form, arXiv 2510.13786, as the fit assumes;
+the playbook's fitting workflow, arXiv 2603.12151, section 4). A run of n logs, at every step t, the training
+reward as verl logs it: the mean over its n x B_problem rollouts (binomial) of the policy trained on C_(t-1), plus a
+per-run offset (seeds differ by more than sampling noise: a run's problems and its luck early on). The fit then
+places each point at C_(t-1) (:mod:`verl_isocompute.scaling.points`), so the truth at C is R_n(C).
+
+The cases (:data:`CASES`): rising (n = 8 overtakes n = 2 late), flat (n = 2 ahead everywhere), an exact tie (one
+curve), a late crossing, unequal run lengths (n = 8 stops at half the budget), 1, 3, 5 and 10 seeds, and curves at
+the fit's bounds (an asymptote at 1). ``benchmarks/bench_calibration.py`` prints coverage per case and pooled.
+Pure: no verl, no torch.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from verl_isocompute.runlog import write_run_log
+from verl_isocompute.scaling.saturating import SaturatingCurve
+
+B_PROBLEM = 8
+SEED_SD = 0.015  # run-to-run spread of a run's level (a per-run offset), about the n* sweep's
+
+
+@dataclass(frozen=True)
+class Case:
+    """A known-truth sweep: one curve per n, how many seeds, how many rollouts each n's runs spend."""
+
+    name: str
+    curves: dict[int, SaturatingCurve]
+    seeds: int = 5
+    budget: dict[int, int] = field(default_factory=lambda: {2: 1024, 8: 1024})
+
+
+_BASE = SaturatingCurve(R0=0.37, A=0.66, C_mid=300.0, beta=1.3)
+CASES = (
+    Case("rising", {2: _BASE, 8: SaturatingCurve(0.37, 0.76, 450.0, 1.3)}),
+    Case("flat", {2: _BASE, 8: SaturatingCurve(0.37, 0.62, 400.0, 1.3)}),
+    Case("tie", {2: _BASE, 8: _BASE}),
+    Case("late crossing", {2: _BASE, 8: SaturatingCurve(0.37, 0.72, 600.0, 1.6)}),
+    Case("unequal lengths", {2: _BASE, 8: _BASE}, budget={2: 1024, 8: 512}),
+    Case("1 seed", {2: _BASE, 8: _BASE}, seeds=1),
+    Case("3 seeds", {2: _BASE, 8: _BASE}, seeds=3),
+    Case("10 seeds", {2: _BASE, 8: _BASE}, seeds=10),
+    Case("at bounds", {2: _BASE, 8: SaturatingCurve(0.37, 1.0, 2000.0, 1.0)}),
+)
+
+
+def write_case(case: Case, out: Path, rng: np.random.Generator) -> None:
+    """One dataset of ``case``: a run directory per (n, seed) under ``out``."""
+    for n, truth in case.curves.items():
+        per_step = n * B_PROBLEM
+        for seed in range(case.seeds):
+            offset = rng.normal(0.0, SEED_SD)
+            rows = [{"step": 0, "n": n, "b_problem": B_PROBLEM, "rollouts": 0.0, "tokens": 0.0, "epoch": 0.0}]
+            for t in range(1, case.budget[n] // per_step + 1):
+                p = float(np.clip(truth(max((t - 1) * per_step, 1e-9)) + offset, 0.0, 1.0))
+                rows.append({"step": t, "n": n, "b_problem": B_PROBLEM, "rollouts": float(t * per_step),
+                             "tokens": 0.0, "epoch": 0.0, "train/reward": rng.binomial(per_step, p) / per_step})
+            header = {"recipe": "synthetic", "model": "synthetic", "dataset_size": 4096, "n": n, "b_problem": B_PROBLEM}
+            write_run_log(out / f"b8_n{n}-s{seed}", header, rows)
+
+
+def coverage(case: Case, datasets: int, budgets=(256.0, 448.0), bootstrap: int = 200, seed: int = 0) -> dict:
+    """Over ``datasets`` noisy datasets of ``case``: how many 95 % per-n reward intervals at ``budgets`` were given
+    and how many held the truth (``given``, ``held``), how many were not given (``none``: one seed) and how many
+    datasets could not be fitted (``failed``)."""
+    from verl_isocompute.scaling.compare import compare_at
+    from verl_isocompute.scaling.pipeline import FitConfig, run_fit
+    from verl_isocompute.scaling.reward_curves import reward_curves
+
+    rng = np.random.default_rng(seed)
+    from verl_isocompute.scaling.errors import FitError
+
+    given = held = none = failed = 0
+    options = FitConfig(metric="train/reward", compute="rollouts", group_by="n", bootstrap=bootstrap)
+    for k in range(datasets):
+        with tempfile.TemporaryDirectory() as tmp:
+            write_case(case, Path(tmp), rng)
+            try:
+                result = run_fit([Path(tmp)], None, FitConfig(**{**options.__dict__, "seed": seed * 1000 + k})).result
+            except FitError:  # no fit, no interval: counted apart, as a user would see it
+                failed += 1
+                continue
+        for row in compare_at(reward_curves(result), list(budgets)).to_dict("records"):
+            if not np.isfinite(row["reward"]):
+                continue
+            if not np.isfinite(row["reward_low"]):
+                none += 1
+                continue
+            given += 1
+            held += bool(row["reward_low"] <= float(case.curves[row["n"]](row["C"])) <= row["reward_high"])
+    return {"given": given, "held": held, "none": none, "failed": failed}
