@@ -20,6 +20,11 @@ from verl_isocompute.scaling.errors import ScalingError
 from verl_isocompute.scaling.forecast import Forecasts, forecast
 
 
+# The metric a check forecasts unless the plan names one: logged at every step (validation, a few times a run,
+# gives too few points for an early forecast).
+DEFAULT_METRIC = "train/reward"
+
+
 @dataclass(frozen=True)
 class StopDecision:
     n: int

@@ -105,6 +105,7 @@ class Plan:
     ray: dict[str, Any] = field(default_factory=dict)
     seeds: tuple[int, ...] = ()  # empty: one run per cell with the recipe's seeds
     source: str | None = None  # the plan file, for messages
+    early_stop: dict[str, Any] | None = None  # checks, level, metric: the sequential pilot (None: off)
 
     def grid(self) -> list[tuple[int, int]]:
         return grid(self.b_problem, self.n, self.b_max)
@@ -253,6 +254,11 @@ def describe(plan: Plan) -> str:
     else:
         count = f"{counted(len(runnable), 'cell')} to run ({len(small)} skipped: budget below one step)"
     lines.append(f"{count}, {sum(c.steps for c in runnable)} steps, {total} rollouts in total")
+    if plan.early_stop:
+        stop = plan.early_stop
+        at = ", ".join(f"{f:.0%} ({f * total:.0f} rollouts)" for f in stop["checks"])
+        lines.append(f"early stop: checks at {at} of the total; stops an n whose {stop['level']:.0%} forecast of "
+                     f"{stop['metric']} at C = {plan.budget_rollouts} lies wholly below the best n's")
     return "\n".join(lines)
 
 
