@@ -140,9 +140,14 @@ def forecast(points: pd.DataFrame, at: float, metric: str, level: float = 0.8,
         raise ScalingError(f"--at must be a budget > 0 in units of C, got {at}")
     if not LEVELS[0] <= level <= LEVELS[1]:
         raise ScalingError(f"--level must be in [{LEVELS[0]}, {LEVELS[1]}] (the calibrated range), e.g. 0.8, got {level}")
-    table = dict(load_calibration() if calibration is None else calibration, bounds=metric_range(metric))
-    validation = is_validation_metric(metric)
     points = points[points["C"] > 0]
+    # A share of samples, or a reward every logged value of which lies in [0, 1] (the fit's convention,
+    # saturating._reward_bounds): intervals stay in [0, 1].
+    bounds = metric_range(metric)
+    if bounds is None and len(points) and points["reward"].between(0.0, 1.0).all():
+        bounds = (0.0, 1.0)
+    table = dict(load_calibration() if calibration is None else calibration, bounds=bounds)
+    validation = is_validation_metric(metric)
     fits, why = {}, {}
     for key, group in points.groupby(["n", "b_problem"], sort=True):
         fits[key] = _fit_group(group)
