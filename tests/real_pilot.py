@@ -80,7 +80,7 @@ def fit(points_reward=None, opts=None):
 
     opts = opts or options()
     logs = load_runs([FIXTURE / "cells"], derive_compute=opts.derive_compute)
-    frontier = build_frontier(logs, metric=opts.metric, compute=opts.compute, bucket=opts.bucket, ema=opts.ema)
+    frontier = build_frontier(logs, metric=opts.metric, compute=opts.compute, bucket=opts.bucket, half_life=opts.half_life)
     if points_reward is not None:
         points = frontier.points.assign(reward=points_reward)
         frontier = dataclasses.replace(frontier, points=points, records=record_breaking(points, opts.bucket))

@@ -13,7 +13,7 @@ from verl_isocompute.scaling import (
     bucket_index,
     frontier_value,
     record_breaking,
-    smooth_ema,
+    smooth_in_compute,
 )
 
 
@@ -56,17 +56,33 @@ def test_records_by_group_are_each_groups_own_frontier():
     assert rec.groupby("n")["C"].apply(list).to_dict() == {8: [1.0, 2.0], 64: [1.0, 3.0]}
 
 
-def test_ema_smooths_within_each_run_only():
+def test_smoothing_in_compute_stays_within_each_run_and_is_the_exact_kernel_average():
     pts = _points([(0, 1, 0.0), (0, 2, 1.0), (1, 1, 1.0), (1, 2, 1.0)])
-    out = smooth_ema(pts, 0.5)
+    out = smooth_in_compute(pts, 1.0)
     run0 = out[out["run"] == "run0"]
-    assert run0["reward"].iloc[0] == 0.0 and 0.0 < run0["reward"].iloc[1] < 1.0
+    # f rises linearly from 0 at C = 1 to 1 at C = 2; weight 2^-(2 - c): S = int (c - 1) 2^(c - 2) / int 2^(c - 2)
+    lam = np.log(2.0)
+    want = (1.0 / lam - (1.0 - 0.5) / lam**2) / ((1.0 - 0.5) / lam)
+    assert run0["reward"].iloc[0] == 0.0 and run0["reward"].iloc[1] == pytest.approx(want, rel=1e-12)
     assert out.loc[out["run"] == "run1", "reward"].tolist() == [1.0, 1.0]
     assert run0["reward_raw"].tolist() == [0.0, 1.0]
-    off = smooth_ema(pts, 0.0)
+    off = smooth_in_compute(pts, 0.0)
     assert off["reward"].tolist() == off["reward_raw"].tolist()
-    with pytest.raises(ScalingError, match="ema"):
-        smooth_ema(pts, 1.0)
+    with pytest.raises(ScalingError, match="half_life"):
+        smooth_in_compute(pts, -1.0)
+
+
+def test_smoothing_in_compute_does_not_depend_on_how_densely_a_run_logged():
+    """The same straight line logged every 16 or every 64 units of C smooths to the same values at common C (a
+    per-step EMA lags 4x more in C for the sparse run)."""
+    dense = pd.DataFrame({"run": "a", "n": 2, "b_problem": 8, "step": range(65), "C": np.arange(65) * 16.0})
+    sparse = pd.DataFrame({"run": "b", "n": 8, "b_problem": 8, "step": range(17), "C": np.arange(17) * 64.0})
+    for frame in (dense, sparse):
+        frame["reward"] = 0.2 + frame["C"] / 2048.0
+    out = smooth_in_compute(pd.concat([dense, sparse], ignore_index=True), 128.0)
+    a = out[out["run"] == "a"].set_index("C")["reward"]
+    b = out[out["run"] == "b"].set_index("C")["reward"]
+    assert np.allclose(a.loc[b.index], b, atol=1e-12)
 
 
 # --- properties ------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from verl_isocompute.scaling.curve import COMPUTE_UNITS
 from verl_isocompute.scaling.fit_defaults import BOOTSTRAP_OVER
-from verl_isocompute.scaling.pipeline import FitConfig, run_fit
+from verl_isocompute.scaling.pipeline import REPLACED_EMA, FitConfig, run_fit
 from verl_isocompute.settings import add_setting, from_args
 
 PROG = "isocompute fit"
@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_setting(parser, FitConfig, "fit_on", choices=("all", "records"))
     add_setting(parser, FitConfig, "shared_r0", "--per-group-r0", action="store_true", default=False,
                 help="fit R0 (reward at C -> 0) per group instead of sharing one across groups")
-    add_setting(parser, FitConfig, "ema", type=float)
+    add_setting(parser, FitConfig, "half_life", type=float, metavar="C")
+    parser.add_argument("--ema", default=None, help=argparse.SUPPRESS)  # removed: refused naming its replacement
     add_setting(parser, FitConfig, "window", type=int)
     add_setting(parser, FitConfig, "k_max", type=float)
     add_setting(parser, FitConfig, "bootstrap", type=int)
@@ -62,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     from verl_isocompute.scaling.curve import STALE_CURVE_FILE, load_curve
     from verl_isocompute.scaling.errors import FitError
 
+    if getattr(args, "ema", None) is not None:
+        return error(PROG, REPLACED_EMA)
     try:
         compare = load_curve(args.compare) if args.compare else None
         outcome = run_fit(args.runs, args.out, options_from_args(args), compare=compare,

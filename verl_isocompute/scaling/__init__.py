@@ -25,7 +25,7 @@ _EXPORTS = {
     "ScalingError": "errors", "FitError": "errors",
     "RunLogs": "run_logs", "load_runs": "run_logs", "find_logs": "log_files",
     "Frontier": "points", "build_frontier": "points", "validation_points": "points",
-    "record_breaking": "points", "record_mask": "points", "frontier_value": "points", "bucket_index": "points", "smooth_ema": "points",
+    "record_breaking": "points", "record_mask": "points", "frontier_value": "points", "bucket_index": "points", "smooth_in_compute": "points",
     "FrontierFit": "fit", "fit_frontier": "fit", "SaturatingCurve": "saturating", "fit_saturating": "saturating",
     "SigmoidFit": "sigmoid_fit", "fit_sigmoid": "sigmoid_fit",
     "plot_frontier": "plots", "save_plots": "plots",

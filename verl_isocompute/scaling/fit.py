@@ -234,7 +234,7 @@ def fit_frontier(
             "consider --fit-on all"
         )
     settings = dict(
-        group_by=",".join(keys), fit_on=fit_on, shared_r0=shared_r0, bucket=frontier.bucket, ema=frontier.ema,
+        group_by=",".join(keys), fit_on=fit_on, shared_r0=shared_r0, bucket=frontier.bucket, half_life=frontier.half_life,
         window=window, grid_per_decade=grid_per_decade, k_max=k_max, bootstrap=bootstrap, seed=seed,
         bootstrap_over=bootstrap_over,
     )

@@ -46,6 +46,7 @@ from scipy import stats
 
 from verl_isocompute.scaling.curve import metric_range
 from verl_isocompute.scaling.errors import ScalingError
+from verl_isocompute.scaling.points import is_training_metric
 
 D_MEAN = 0.6  # shape prior: share of the recent slope kept ahead (tuning suite, see module docstring)
 D_SD = 0.35
@@ -62,8 +63,8 @@ def load_calibration() -> dict:
 
 
 def is_validation_metric(metric: str) -> bool:
-    """A metric measured on held-out problems after a step (``val/...``, verl's ``val-core/...``)."""
-    return metric.split("/", 1)[0].lower().startswith("val")
+    """A metric measured on held-out problems after a step: not a training metric, as the fit tells them apart."""
+    return not is_training_metric(metric)
 
 
 @dataclass

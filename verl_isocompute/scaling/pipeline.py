@@ -32,6 +32,11 @@ from verl_isocompute.settings import setting
 # at least one only from 39 on; with 1 or 2 the "interval" is the resamples themselves.
 MIN_BOOTSTRAP = 40
 
+# The per-step EMA of earlier releases (``--ema``, a plan's ``fit: {ema: ...}``) lagged by n x B_problem rollouts a
+# step, 4x more at n = 8 than at n = 2, and so favoured small n (issue 43): refused, naming its replacement.
+REPLACED_EMA = ("--ema (fit: ema) was removed: it smoothed per step, a lag that grows with n; use --half-life C "
+                "(fit: half_life), a half-life in units of C that is the same for every n, or no smoothing (the default)")
+
 # The settings classes' one suffix (0.2): the old name works for one release.
 __getattr__ = _compat.moved_names(__name__, {}, renamed={"FitOptions": "FitConfig"})
 
@@ -55,7 +60,8 @@ class FitConfig:
     group_by: str = setting("n", "one curve per n (B_problem fixed) or per (n, B_problem) for the joint sweep")
     fit_on: str = setting("all", "fit each group's curve to all validation points or to its record-breaking points")
     shared_r0: bool = setting(True, "share one R0 (reward at C -> 0) across groups; false fits it per group")
-    ema: float = setting(0.0, "per-run EMA smoothing of the metric, weight of the past in [0, 1); 0 = off")
+    half_life: float = setting(0.0, "smooth each run's metric in compute: an exponential kernel of this half-life in units "
+                               "of C (rollouts or tokens), the same for every n; 0 = off")
     window: int = setting(DEFAULT_WINDOW, "running-average window over the n*(C) grid, in grid points (20 per decade)")
     k_max: float = setting(K_MAX, "upper bound on the sigmoid's k")
     bootstrap: int = setting(DEFAULT_BOOTSTRAP, "bootstrap resamples for 95 % confidence intervals: 0 = none, else at "
@@ -83,11 +89,15 @@ class FitConfig:
     def from_dict(cls, values: dict[str, Any]) -> "FitConfig":
         """Options from a plain mapping (a sweep plan's ``fit:`` block); unknown keys are an error."""
         known = {f.name for f in fields(cls)}
+        if "ema" in values:
+            from verl_isocompute.scaling.errors import ScalingError
+
+            raise ScalingError(REPLACED_EMA)
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"unknown fit option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         values = dict(values)
-        for name in ("bucket", "ema", "k_max"):  # YAML 1.1 reads 1e-2 (no dot) as a string
+        for name in ("bucket", "half_life", "k_max"):  # YAML 1.1 reads 1e-2 (no dot) as a string
             if name in values:
                 values[name] = yaml_number(values[name])  # a string that is no number: check() names it
         return cls(**values)
@@ -133,9 +143,9 @@ class FitConfig:
         bucket = number("bucket")
         if bucket is None or bucket < 0:
             refuse("bucket", "a finite number >= 0", "a reward bucket width such as 0.01; 0 = exact records")
-        ema = number("ema")
-        if ema is None or not 0 <= ema < 1:
-            refuse("ema", "in [0, 1)", "the weight of the past: 0 = off, 0.9 = heavy smoothing")
+        half_life = number("half_life")
+        if half_life is None or half_life < 0:
+            refuse("half_life", "a finite number >= 0", "a half-life in units of C, e.g. 256 rollouts; 0 = off")
         window = integer("window")
         if window is None or window < 1:
             refuse("window", "an integer >= 1", "grid points of the n* running average; 5 = a quarter decade")
@@ -225,7 +235,7 @@ def run_fit(
     logs = load_runs(runs, n=options.n, b_problem=options.b_problem, derive_compute=options.derive_compute,
                      run_table=options.run_table)
     metric, note = (options.metric, None) if options.metric is not None else logged_avg_at_k(logs)
-    frontier = build_frontier(logs, metric=metric, compute=options.compute, bucket=options.bucket, ema=options.ema)
+    frontier = build_frontier(logs, metric=metric, compute=options.compute, bucket=options.bucket, half_life=options.half_life)
     if note:
         frontier.notes.insert(0, note)
     result = fit_frontier(

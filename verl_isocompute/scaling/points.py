@@ -21,13 +21,23 @@ compute must be cumulative, not negative and at most :data:`~verl_isocompute.sca
 ``val/worst@k``, overall or per data source, and verl's ``.../acc/...``) must lie in [0, 1]. Other metrics
 (verl's reward means, a loss) are not range-checked.
 
+Where a point sits. A validation point of step t measures the policy after step t's update: it sits at C_t,
+the compute logged with it. A training metric of step t (``train/reward``, verl's ``critic/score/mean``, ...)
+measures step t's own rollouts, drawn from the policy trained on the rollouts of the steps before: it sits at
+C_(t-1), the compute logged at the run's previous step (0 for step 1). Left at C_t, a step of n = 8 would be
+credited with 4x the rollouts of a step of n = 2 that it never used, a lag in compute of one batch that grows
+with n and biases every comparison against larger n.
+
 Points with equal C are ordered best first, then by run name and step, so the result never depends on
-the order runs were given in. An optional per-run EMA (off by default) smooths the metric before any of
-this, as a chart's smoothing slider would: ``ema`` is the weight of the past (0 = off, 0.9 = heavy).
+the order runs were given in. Optional smoothing (off by default) works in compute, never in steps: an
+exponential kernel of half-life ``half_life`` (in units of C) over each run's piecewise-linear curve, the same
+window for every n (:func:`smooth_in_compute`). A smoothing per logged step (the EMA of earlier releases)
+lags by 4x the compute at n = 8 as at n = 2 and so favours small n on a sweep where every n is the same.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,7 +74,7 @@ class Frontier:
     """Validation points of every run and the record-breaking points over all of them.
 
     ``points``: one row per validation point with ``run``, ``n``, ``b_problem``, ``step``, ``C``,
-    ``reward`` (EMA-smoothed when ``ema`` > 0; the logged value is in ``reward_raw``).
+    ``reward`` (smoothed in compute when ``half_life`` > 0; the logged value is in ``reward_raw``).
     ``records``: the record-breaking points over all runs, increasing in C and in reward; each row keeps
     its run's n and b_problem, so it is also the empirical n*(C).
     """
@@ -72,7 +82,7 @@ class Frontier:
     metric: str
     compute_unit: str
     bucket: float
-    ema: float
+    half_life: float
     points: pd.DataFrame
     records: pd.DataFrame
     runs: pd.DataFrame
@@ -83,10 +93,16 @@ class Frontier:
         return frontier_value(self.records, compute)
 
 
+def is_training_metric(metric: str) -> bool:
+    """A metric logged on a step's own rollouts (anything not validation: ``val/...``, ``val-core/...``, ...)."""
+    return not metric.split("/", 1)[0].lower().startswith("val")
+
+
 def validation_points(
-    logs: RunLogs, metric: str = DEFAULT_METRIC, compute: str = "rollouts"
+    logs: RunLogs, metric: str = DEFAULT_METRIC, compute: str = "rollouts", half_life: float = 0.0
 ) -> tuple[pd.DataFrame, list[str]]:
-    """The (C, reward) points of every run for ``metric``, and notes on what was dropped."""
+    """The (C, reward) points of every run for ``metric``, placed where their compute is (module docstring),
+    smoothed in compute when ``half_life`` > 0, and notes on what was dropped."""
     if compute not in COMPUTE_UNITS:
         raise ScalingError(f"compute must be one of {', '.join(COMPUTE_UNITS)}, got {compute!r}")
     steps = logs.steps
@@ -128,12 +144,20 @@ def validation_points(
         notes.append(f"dropped {dropped_nonfinite} NaN/inf values of {metric}")
     rows = steps.loc[steps[metric].notna(), ["run", "n", "b_problem", "step", compute, metric]]
     rows = rows.rename(columns={compute: "C", metric: "reward"})
+    if is_training_metric(metric):
+        rows = _before_the_step(steps, rows, compute)
+        notes.append(f"{metric} is a training metric: each point sits at the compute before its step's own rollouts "
+                     "(the policy that drew them was trained on that much)")
     no_compute = int(rows["C"].isna().sum())
     if no_compute:
         notes.append(f"dropped {no_compute} points of {metric} logged without {compute}")
+    rows = rows[rows["C"].notna()]
+    if half_life:
+        rows = smooth_in_compute(rows, half_life)
+        notes.append(f"{metric} smoothed per run in compute (exponential kernel, half-life {half_life:g} {compute})")
     at_zero = int((rows["C"] == 0).sum())
     if at_zero:
-        notes.append(f"kept {at_zero} points at C = 0 (validation before training) out of the log-scale fits")
+        notes.append(f"kept {at_zero} points at C = 0 (before any training) out of the log-scale fits")
     points = rows[rows["C"] > 0].reset_index(drop=True)
     if points.empty:
         raise ScalingError(f"no points of {metric} at C > 0: the runs validated only before training")
@@ -142,18 +166,59 @@ def validation_points(
         notes.append(f"no values of {metric} at C > 0, run left out: {name_runs(left_out)}")
     points["reward"] = points["reward"].astype(float)
     points["C"] = points["C"].astype(float)
+    if "reward_raw" not in points:
+        points["reward_raw"] = points["reward"]
     return points, notes
 
 
-def smooth_ema(points: pd.DataFrame, ema: float) -> pd.DataFrame:
-    """Per-run exponential moving average of ``reward`` (``ema`` = weight of the past; 0 = off)."""
-    if not 0.0 <= ema < 1.0:
-        raise ScalingError(f"ema must be in [0, 1) (0 = off, 0.9 = heavy smoothing), got {ema}")
-    out = points.sort_values(["run", "C"], kind="mergesort").reset_index(drop=True)
-    out["reward_raw"] = out["reward"]
-    if ema > 0:
-        smoothed = out.groupby("run", sort=False)["reward"].transform(lambda s: s.ewm(alpha=1.0 - ema).mean())
-        out["reward"] = smoothed.to_numpy()
+def _before_the_step(steps: pd.DataFrame, rows: pd.DataFrame, compute: str) -> pd.DataFrame:
+    """``rows`` (a training metric) moved to C_(t-1): the compute the run had logged at its previous step.
+
+    Step 1 (or a run's first logged step) with no earlier row: C_t less the step's own spend, C_(t+1) - C_t
+    of the run's next step (its batch; 0 for step 1 of a run logged from step 1 on), never below 0.
+    """
+    logged = steps.loc[steps[compute].notna(), ["run", "step", compute]].sort_values(["run", "step"], kind="mergesort")
+    logged = logged.drop_duplicates(["run", "step"], keep="last")
+    before = logged.groupby("run", sort=False)[compute].shift(1)
+    spend = logged.groupby("run", sort=False)[compute].shift(-1) - logged[compute]
+    first = (logged[compute] - spend).clip(lower=0.0)
+    logged = logged.assign(C_before=before.fillna(first))
+    out = rows.merge(logged[["run", "step", "C_before"]], on=["run", "step"], how="left", validate="many_to_one")
+    out["C"] = out.pop("C_before")
+    return out
+
+
+def smooth_in_compute(points: pd.DataFrame, half_life: float) -> pd.DataFrame:
+    """Each run's ``reward`` smoothed with an exponential kernel of half-life ``half_life`` in C (0 = off).
+
+    The kernel weighs the run's curve, taken as piecewise linear between its points, at the compute behind
+    each point: S(C_i) = integral of exp(-lambda (C_i - c)) f(c) dc over [C_first, C_i], divided by the integral
+    of the weight (lambda = ln 2 / half_life). Integrated exactly segment by segment, so the window is the
+    same in compute however far apart a run's points are (n = 8's steps are 4x n = 2's): no n is favoured.
+    The first point of a run keeps its value. The logged value is kept in ``reward_raw``.
+    """
+    if not (np.isfinite(half_life) and half_life >= 0):
+        raise ScalingError(f"half_life must be a finite number >= 0 (in units of C; 0 = off), got {half_life}")
+    out = points.sort_values(["run", "C", "step"], kind="mergesort").reset_index(drop=True)
+    out["reward_raw"] = out["reward"].astype(float)
+    if half_life == 0:
+        return out
+    rate = math.log(2.0) / half_life
+    smoothed = np.empty(len(out))
+    for _, index in out.groupby("run", sort=False).indices.items():
+        c, f = out["C"].to_numpy(float)[index], out["reward_raw"].to_numpy(float)[index]
+        total, weight = 0.0, 0.0
+        smoothed[index[0]] = f[0]
+        for k in range(1, len(index)):
+            gap = c[k] - c[k - 1]
+            decay = math.exp(-rate * gap)
+            slope = (f[k] - f[k - 1]) / gap if gap > 0 else 0.0
+            # integral over the segment of exp(-rate s) (f_k - slope s), s = C_k - c in [0, gap]
+            mass = (1.0 - decay) / rate
+            total = decay * total + f[k] * mass - slope * (1.0 - decay * (1.0 + rate * gap)) / rate**2
+            weight = decay * weight + mass
+            smoothed[index[k]] = total / weight if weight > 0 else f[k]
+    out["reward"] = smoothed
     return out
 
 
@@ -217,19 +282,16 @@ def build_frontier(
     metric: str = DEFAULT_METRIC,
     compute: str = "rollouts",
     bucket: float = DEFAULT_BUCKET,
-    ema: float = 0.0,
+    half_life: float = 0.0,
 ) -> Frontier:
-    """Validation points of ``metric`` against ``compute``, optionally smoothed, and their frontier."""
-    points, notes = validation_points(logs, metric, compute)
-    points = smooth_ema(points, ema)
-    if ema > 0:
-        notes.append(f"{metric} smoothed per run with an EMA (weight of the past {ema})")
+    """The points of ``metric`` against ``compute``, optionally smoothed in compute, and their frontier."""
+    points, notes = validation_points(logs, metric, compute, half_life=half_life)
     records = record_breaking(points, bucket)
     return Frontier(
         metric=metric,
         compute_unit=compute,
         bucket=bucket,
-        ema=ema,
+        half_life=half_life,
         points=points,
         records=records,
         runs=logs.runs,

@@ -143,7 +143,7 @@ def render_report(
         f"- grouped by {' and '.join(result.group_by)}; per-group curves fitted on "
         f"{'all validation points' if s['fit_on'] == 'all' else 'record-breaking points'}; "
         + (f"R0 shared by all groups = {s['r0']:.4f}{r0_note}" if "r0" in s else "R0 fitted per group"),
-        f"- reward bucket {fr.bucket:g}; EMA {'off' if not fr.ema else fr.ema}; n* smoothing window "
+        f"- reward bucket {fr.bucket:g}; smoothing {'off' if not fr.half_life else f'half-life {fr.half_life:g} ' + fr.compute_unit}; n* smoothing window "
         f"{s['window']} grid points at {s['grid_per_decade']} per decade; k <= {s['k_max']:g}; "
         + _bootstrap_line(result),
         "",

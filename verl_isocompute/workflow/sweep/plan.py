@@ -221,6 +221,10 @@ def fit_options(values: dict[str, Any]) -> FitConfig:
     """A plan's ``fit:`` block as the :class:`FitConfig` ``isocompute fit`` builds from its flags, checked."""
     from verl_isocompute.scaling.errors import ScalingError
 
+    from verl_isocompute.scaling.pipeline import REPLACED_EMA
+
+    if "ema" in values:
+        raise PlanError(f"fit: {REPLACED_EMA}")
     unknown = sorted(set(values) - _FIT_KEYS)
     if unknown:
         raise PlanError(f"unknown fit key(s) {unknown}; known: {sorted(_FIT_KEYS)}")
