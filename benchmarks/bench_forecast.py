@@ -14,10 +14,17 @@ Two suites:
 - real: the committed runs that reach their budget (the 10-run n* sweep, the 3-run pilot, the learning run),
   whose coverage is given with its Clopper-Pearson 95 % interval (a handful of runs: a wide one).
 
+``--replay`` replays the sequential pilot (checks at 20, 40 and 60 % of the budget, level 0.9: the plan's default)
+as if the sweep had run that way, every run progressing in step: on the committed n* sweep, and on synthetic
+sweeps with a clear winner and with a late crossing. Per replay: the rollouts it spends (a stopped group's runs
+stop at the check), and whether it picks the same n at the budget as the full sweep, the n whose runs show the
+highest mean target there among the groups it kept (the full sweep: among all).
+
 ``--tune`` re-derives the interval's calibration table from the tuning seeds and writes it into the package.
 
     python benchmarks/bench_forecast.py            # 400 synthetic sweeps, ~1 min
     python benchmarks/bench_forecast.py --full     # 2000 synthetic sweeps
+    python benchmarks/bench_forecast.py --replay   # the sequential pilot replayed, ~1 min
     python benchmarks/bench_forecast.py --tune     # rewrite verl_isocompute/scaling/forecast_calibration.json
 """
 
@@ -34,8 +41,10 @@ from scipy import stats
 
 from verl_isocompute.scaling.forecast import CALIBRATION, forecast, is_validation_metric, target_value
 from verl_isocompute.scaling.forecast_suite import (
-    FRACTIONS, HELD_OUT, calibration_table, standardized_errors, suite_sweep, truncated,
+    CLEAR_WINNER, FRACTIONS, HELD_OUT, LATE_CROSSING, calibration_table, curve_sweep, standardized_errors, suite_sweep,
+    truncated,
 )
+from verl_isocompute.scaling.pilot import stops_at
 from verl_isocompute.scaling.points import validation_points
 from verl_isocompute.scaling.run_logs import load_runs
 
@@ -123,12 +132,53 @@ def real_sweeps() -> list[tuple[str, list[tuple[pd.DataFrame, float, str]]]]:
     return out
 
 
+CHECKS, CHECK_LEVEL = (0.2, 0.4, 0.6), 0.967
+
+
+def replay(points: pd.DataFrame, budget: float, metric: str) -> dict:
+    """One sweep replayed under the sequential rule: rollouts (full, sequential), the n each picks, stops."""
+    validation = is_validation_metric(metric)
+    target = {key: float(np.mean([target_value(p, budget, validation) for _, p in g.groupby("run")]))
+              for key, g in points.groupby(["n", "b_problem"])}
+    runs = points.groupby("run")[["n", "b_problem"]].first()
+    stopped_at: dict = {}
+    for fraction in CHECKS:
+        live = points[[(n, b) not in stopped_at for n, b in zip(points["n"], points["b_problem"])]]
+        for d in stops_at(truncated(live, fraction * budget), budget, metric, CHECK_LEVEL):
+            stopped_at[(d.n, d.b_problem)] = fraction
+    spent = sum(budget * stopped_at.get((r.n, r.b_problem), 1.0) for r in runs.itertuples())
+    kept = {key: value for key, value in target.items() if key not in stopped_at}
+    return {"full": budget * len(runs), "sequential": spent, "full_pick": max(target, key=target.get),
+            "pick": max(kept, key=kept.get), "stopped": sorted(stopped_at)}
+
+
+def replay_report(count: int) -> list[str]:
+    logs = load_runs([ROOT / "tests/fixtures/nstar_cpu/cells"])
+    nstar, _ = validation_points(logs, "train/reward", "rollouts")
+    suites = [("n* sweep (committed, train/reward, C = 1024)", [replay(nstar, 1024.0, "train/reward")])]
+    for name, curves in (("clear winner (synthetic)", CLEAR_WINNER), ("late crossing (synthetic)", LATE_CROSSING)):
+        suites.append((name, [replay(curve_sweep(curves, seed), 4096.0, "train/reward")
+                              for seed in range(HELD_OUT, HELD_OUT + count)]))
+    lines = [f"Sequential pilot replayed: checks at {', '.join(f'{c:.0%}' for c in CHECKS)} of the budget, "
+             f"level {CHECK_LEVEL}\n",
+             "| sweep | replays | rollouts full / sequential | same n at the budget | replays with an n stopped | "
+             "the full sweep's pick stopped |", "|" + "---|" * 6]
+    for name, results in suites:
+        ratio = sum(r["full"] for r in results) / sum(r["sequential"] for r in results)
+        same = np.mean([r["pick"] == r["full_pick"] for r in results])
+        stopped = sum(bool(r["stopped"]) for r in results)
+        lost = sum(r["full_pick"] in r["stopped"] for r in results)
+        lines.append(f"| {name} | {len(results)} | {ratio:.2f} | {same:.0%} | {stopped} | {lost} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_forecast", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sweeps", type=int, default=400, help="held-out synthetic sweeps (default 400)")
     parser.add_argument("--full", action="store_true", help="2000 synthetic sweeps")
     parser.add_argument("--level", type=float, default=0.8)
     parser.add_argument("--tune", action="store_true", help="rewrite the calibration table from the tuning seeds")
+    parser.add_argument("--replay", action="store_true", help="replay the sequential pilot instead of the backtest")
     args = parser.parse_args(argv)
     if args.tune:
         path = ROOT / "verl_isocompute" / "scaling" / CALIBRATION
@@ -139,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     if count < 1 or not 0.5 <= args.level <= 0.98:
         print("bench_forecast: error: --sweeps must be >= 1 and --level in [0.5, 0.98]", file=sys.stderr)
         return 2
+    if args.replay:
+        print("\n".join(replay_report(min(count, 100))))
+        return 0
     budget = 4096.0
     synthetic = [(suite_sweep(seed, budget), budget, "train/reward") for seed in range(HELD_OUT, HELD_OUT + count)]
     print(f"Synthetic suite: {count} held-out sweeps (seeds {HELD_OUT}-{HELD_OUT + count - 1}), 2 n x 3 runs, "

@@ -19,7 +19,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from verl_isocompute.scaling.saturating import saturating_reward
+from verl_isocompute.scaling.saturating import SaturatingCurve, saturating_reward
 
 HELD_OUT = 10_000
 B_PROBLEM = 8
@@ -92,3 +92,26 @@ def calibration_table(errors: pd.DataFrame) -> dict:
             for i in range(len(H_EDGES))
         ]
     return table
+
+
+def curve_sweep(curves: dict, seed: int, budget: float = 4096.0, runs_per_n: int = 3) -> pd.DataFrame:
+    """A sweep whose groups follow given curves (n -> callable of C): binomial training reward per step, at the
+    compute before the step (for the sequential pilot's tests and replay: a clear winner, a late crossing)."""
+    rng = np.random.default_rng(seed)
+    frames = []
+    for n, curve in curves.items():
+        per_step = n * B_PROBLEM
+        c_before = np.arange(1, int(budget // per_step)) * float(per_step)
+        for replica in range(runs_per_n):
+            reward = rng.binomial(per_step, np.clip(curve(c_before), 0.0, 1.0)) / per_step
+            frames.append(pd.DataFrame({"run": f"n{n}-s{replica}", "n": n, "b_problem": B_PROBLEM,
+                                        "step": np.arange(2, len(c_before) + 2), "C": c_before, "reward": reward}))
+    return pd.concat(frames, ignore_index=True)
+
+
+# Two known answers for the sequential pilot (budget 4096, b_problem 8): n = 2 and 4 rise early to low ceilings
+# and n = 8 to a high one (a clear winner); n = 2 leads until ~40 % of the budget and n = 8 wins at it (a late
+# crossing).
+CLEAR_WINNER = {2: SaturatingCurve(0.2, 0.35, 300.0, 1.5), 4: SaturatingCurve(0.2, 0.45, 400.0, 1.5),
+                8: SaturatingCurve(0.2, 0.85, 600.0, 1.5)}
+LATE_CROSSING = {2: SaturatingCurve(0.2, 0.5, 150.0, 1.5), 8: SaturatingCurve(0.2, 0.75, 1500.0, 1.5)}
