@@ -14,7 +14,8 @@ Two suites:
 - real: the committed runs that reach their budget (the 10-run n* sweep, the 3-run pilot, the learning run),
   whose coverage is given with its Clopper-Pearson 95 % interval (a handful of runs: a wide one).
 
-``--replay`` replays the sequential pilot (checks at 20, 40 and 60 % of the budget, level 0.9: the plan's default)
+``--replay`` replays the sequential pilot (checks at 20, 40 and 60 % of the budget, level 0.9 shared over them: the
+plan's default)
 as if the sweep had run that way, every run progressing in step: on the committed n* sweep, and on synthetic
 sweeps with a clear winner and with a late crossing. Per replay: the rollouts it spends (a stopped group's runs
 stop at the check), and whether it picks the same n at the budget as the full sweep, the n whose runs show the
@@ -44,7 +45,7 @@ from verl_isocompute.scaling.forecast_suite import (
     CLEAR_WINNER, FRACTIONS, HELD_OUT, LATE_CROSSING, calibration_table, curve_sweep, standardized_errors, suite_sweep,
     truncated,
 )
-from verl_isocompute.scaling.pilot import stops_at
+from verl_isocompute.scaling.pilot import check_level, stops_at
 from verl_isocompute.scaling.points import validation_points
 from verl_isocompute.scaling.run_logs import load_runs
 
@@ -132,7 +133,8 @@ def real_sweeps() -> list[tuple[str, list[tuple[pd.DataFrame, float, str]]]]:
     return out
 
 
-CHECKS, CHECK_LEVEL = (0.2, 0.4, 0.6), 0.967
+CHECKS, LEVEL = [0.2, 0.4, 0.6], 0.9  # the plan's defaults
+CHECK_LEVEL = check_level(LEVEL, CHECKS)
 
 
 def replay(points: pd.DataFrame, budget: float, metric: str) -> dict:
@@ -160,7 +162,7 @@ def replay_report(count: int) -> list[str]:
         suites.append((name, [replay(curve_sweep(curves, seed), 4096.0, "train/reward")
                               for seed in range(HELD_OUT, HELD_OUT + count)]))
     lines = [f"Sequential pilot replayed: checks at {', '.join(f'{c:.0%}' for c in CHECKS)} of the budget, "
-             f"level {CHECK_LEVEL}\n",
+             f"level {LEVEL} ({CHECK_LEVEL:.3f} at each check)\n",
              "| sweep | replays | rollouts full / sequential | same n at the budget | replays with an n stopped | "
              "the full sweep's pick stopped |", "|" + "---|" * 6]
     for name, results in suites:

@@ -34,7 +34,7 @@ def test_a_beaten_arm_is_stopped_mid_run_and_stays_stopped_on_resume(tmp_path, t
     plan.write_text(yaml.safe_dump({
         "name": "pilot", "recipe": "cpu_demo", "overrides": ["isocompute.model=tiny", PARITY_REWARD],
         "budget_rollouts": 144, "b_problem": [4], "n": [2, 4], "test_freq": 1000, "fit": {"bootstrap": 0},
-        "early_stop": {"checks": CHECKS, "level": 0.9, "metric": "epoch"},
+        "early_stop": {"checks": CHECKS, "level": 0.8, "metric": "epoch"},  # 97.8 % at each of the 9 checks
     }))
     first = _sweep(plan)
     assert first.returncode == 0, first.stderr[-4000:]
@@ -43,7 +43,7 @@ def test_a_beaten_arm_is_stopped_mid_run_and_stays_stopped_on_resume(tmp_path, t
     assert n2["status"] == "done"
     assert n4["status"] == "stopped", first.stderr[-4000:]
     assert 0 < n4["last_step"] < 9 and n4["reason"].startswith("early stop at ") and ": n = 4:" in n4["reason"]
-    assert "of the sweep's rollouts: n = 4: 90% interval" in first.stderr
+    assert "of the sweep's rollouts: n = 4: 98% interval" in first.stderr
     assert state["early_stop"]["checks_done"] == CHECKS[: len(state["early_stop"]["checks_done"])]
 
     again = _sweep(plan)

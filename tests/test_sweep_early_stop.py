@@ -76,6 +76,7 @@ def test_plan_reads_early_stop_and_the_dry_run_says_where_it_checks(tmp_path):
     assert plan.early_stop == {"checks": [0.2, 0.4, 0.6], "level": 0.9, "metric": "train/reward"}
     text = describe(plan)
     assert "early stop: checks at 20% (4915 rollouts), 40% (9830 rollouts), 60% (14746 rollouts)" in text
+    assert "(96.7% intervals at each check: 90% over 3)" in text
     assert "early stop" not in describe(_plan(tmp_path, early_stop=None))
 
 
@@ -83,6 +84,7 @@ def test_plan_reads_early_stop_and_the_dry_run_says_where_it_checks(tmp_path):
     ({"checks": [0.6, 0.2]}, "increasing fractions"),
     ({"checks": [0.2], "level": 1.5}, "early_stop.level"),
     ({"when": 3}, "early_stop must be a mapping"),
+    ({"checks": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], "level": 0.9}, "asks 0.983 of each check"),
 ])
 def test_bad_early_stop_blocks_are_one_clear_error(tmp_path, block, says):
     with pytest.raises(PlanError, match=says):

@@ -3,7 +3,7 @@
 At each fraction f of ``checks``, once the sweep has spent f of the rollouts its runnable cells plan in total,
 the runner forecasts every group (n, b_problem) at the plan's budget from whatever its runs have logged so far
 and stops the groups that cannot win (:func:`verl_isocompute.scaling.pilot.decide`: a group's whole interval
-below the best group's). A stopped group's running cells are stopped and its pending cells never start; both
+below the best group's, at the plan's level shared over its checks, :func:`~verl_isocompute.scaling.pilot.check_level`). A stopped group's running cells are stopped and its pending cells never start; both
 are recorded as :data:`~verl_isocompute.workflow.sweep.state.STOPPED` with the check's reason, and a rerun of
 the sweep keeps them so (the checks done are recorded too, so none is repeated). The fit reads a stopped run as
 the truncated run it is: its logged steps, never a forecast.
@@ -40,7 +40,7 @@ def due(plan: Plan, state: SweepState, spent_now: int, total: int) -> list[float
 def check(plan: Plan, state: SweepState, cells: list[Cell], run_dir: Callable[[Cell], Path], fraction: float) -> list[Any]:
     """Forecast every group from the logged runs and return the groups to stop; records the check."""
     from verl_isocompute.scaling.errors import ScalingError
-    from verl_isocompute.scaling.pilot import stops_at
+    from verl_isocompute.scaling.pilot import check_level, stops_at
     from verl_isocompute.scaling.points import validation_points
     from verl_isocompute.scaling.run_logs import load_runs
 
@@ -51,7 +51,7 @@ def check(plan: Plan, state: SweepState, cells: list[Cell], run_dir: Callable[[C
     try:
         logs = load_runs(dirs)
         points, _ = validation_points(logs, stop["metric"], "rollouts")
-        decisions = stops_at(points, float(plan.budget_rollouts), stop["metric"], stop["level"])
+        decisions = stops_at(points, float(plan.budget_rollouts), stop["metric"], check_level(stop["level"], stop["checks"]))
     except ScalingError as exc:  # nothing to forecast from yet: no group is stopped
         record["decisions"].append({"check": fraction, "stopped": [], "note": str(exc)})
         state.save()

@@ -257,8 +257,12 @@ def describe(plan: Plan) -> str:
     if plan.early_stop:
         stop = plan.early_stop
         at = ", ".join(f"{f:.0%} ({f * total:.0f} rollouts)" for f in stop["checks"])
-        lines.append(f"early stop: checks at {at} of the total; stops an n whose {stop['level']:.0%} forecast of "
-                     f"{stop['metric']} at C = {plan.budget_rollouts} lies wholly below the best n's")
+        from verl_isocompute.scaling.pilot import check_level
+
+        each = check_level(stop["level"], stop["checks"])
+        lines.append(f"early stop: checks at {at} of the total; stops an n whose forecast of {stop['metric']} at "
+                     f"C = {plan.budget_rollouts} lies wholly below the best n's ({each:.1%} intervals at each check: "
+                     f"{stop['level']:.0%} over {len(stop['checks'])})")
     return "\n".join(lines)
 
 

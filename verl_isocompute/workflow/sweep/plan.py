@@ -180,7 +180,7 @@ def parse_plan(raw: Any, base_dir: str | os.PathLike = ".", default_name: str = 
 def _early_stop(value: Any) -> dict[str, Any] | None:
     """The plan's ``early_stop`` block (docs/WORKFLOW.md, "Stopping a pilot early"), checked; None without it."""
     from verl_isocompute.scaling.errors import ScalingError
-    from verl_isocompute.scaling.pilot import DEFAULT_METRIC, check_fractions
+    from verl_isocompute.scaling.pilot import DEFAULT_METRIC, check_fractions, check_level
 
     if value is None:
         return None
@@ -195,6 +195,10 @@ def _early_stop(value: Any) -> dict[str, Any] | None:
     level = yaml_number(value.get("level", 0.9))
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.5 <= level <= 0.98:
         raise PlanError(f"early_stop.level must be a number in [0.5, 0.98] (the forecast's calibrated range), got {level!r}")
+    try:
+        check_level(float(level), checks)
+    except ScalingError as exc:
+        raise PlanError(str(exc)) from None
     metric = value.get("metric", DEFAULT_METRIC)
     if not isinstance(metric, str) or not metric:
         raise PlanError(f"early_stop.metric must be a logged metric name such as {DEFAULT_METRIC}, got {metric!r}")
