@@ -7,7 +7,9 @@ b_problem) is stopped only when its whole forecast interval for the target at th
 below the whole interval of the group forecast best. A group that cannot be forecast (too few points, no rise
 yet) is never stopped: nothing says it loses. Several checks are several chances to stop the wrong arm, so
 each check uses the Bonferroni level 1 - (1 - level) / len(checks) (:func:`check_level`): the chance that any
-check stops the group that would have won stays below (1 - level) / 2 as far as the intervals are calibrated.
+check stops the group that would have won stays below 1 - level as far as the intervals are calibrated (a
+stop needs the winner above its interval or the best below its own, each at most (1 - level) / 2 per check, split
+over the checks).
 On 100 held-out late-crossing replays it never stops the winner (``python benchmarks/bench_forecast.py --replay``).
 """
 
