@@ -114,3 +114,14 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, says):
     assert main(["forecast", str(runs), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and says in err
+
+
+def test_verl_file_logger_logs_are_forecast_too(capsys):
+    """verl's own file logger (the pilot's verl_metrics.jsonl): a forecast where the log supports one, a line where not."""
+    logs = sorted(str(p) for p in (ROOT / "tests/fixtures/real_pilot/cells").glob("*/verl_metrics.jsonl"))
+    assert main(["forecast", *logs, "--at", "1024", "--metric", "critic/score/mean", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {r["n"] for r in out["runs"]} == {2, 4, 8}
+    made = [r for r in out["runs"] if r["low"] is not None]
+    assert made and all(0.0 <= r["low"] < r["predicted"] < r["high"] <= 1.0 for r in made)
+    assert all(r["why"].startswith("cannot forecast") for r in out["runs"] if r["low"] is None)

@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'run':<40} {'n':>4} {'b_problem':>9} {'logged to':>10} {'predicted':>9}  interval")
     for f in out.runs + out.groups:
         name = f.run if f.run is not None else f"group ({len(f.runs)} runs)"
-        head = f"{name[-40:]:<40} {f.n:>4} {f.b_problem:>9} {f.fitted_upto:>10g}"
+        name = name if len(name) <= 40 else "..." + name[-37:]
+        head = f"{name:<40} {f.n:>4} {f.b_problem:>9} {f.fitted_upto:>10g}"
         if f.why:
             print(f"{head} {f.why}")
         else:
