@@ -1,8 +1,8 @@
 """The sequential pilot for real (issue 44, item 3): verl on CPU with the tiny model stops a beaten arm mid-run,
 and the sweep, run again, keeps it recorded as stopped.
 
-Two cells run at once (b_problem 4, n 2 and 4, 144 rollouts each: 18 and 9 steps). Checks every 5 % of the
-sweep's rollouts from 55 % on forecast each arm at the budget from its logged steps (the first checks may find
+Two cells run at once (b_problem 4, n 2 and 4, 192 rollouts each: 24 and 12 steps). Checks every 5 % of the
+sweep's rollouts from 50 % on forecast each arm at the budget from its logged steps (the first checks may find
 too few steps of n = 4 to forecast it: it is then kept). The metric is the logged ``epoch``
 (step x b_problem / training problems = C / (n x problems)), which rises with compute at a rate set by n, so
 the outcome is known in advance: n = 4 ends at half of n = 2's, and a check stops it, whatever the
@@ -21,7 +21,7 @@ import yaml
 from verl_runs import PARITY_REWARD
 
 pytestmark = pytest.mark.e2e
-CHECKS = [0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95]
+CHECKS = [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9]
 
 
 def _sweep(plan, timeout=600) -> subprocess.CompletedProcess:
@@ -33,7 +33,7 @@ def test_a_beaten_arm_is_stopped_mid_run_and_stays_stopped_on_resume(tmp_path, t
     plan = tmp_path / "pilot.yaml"
     plan.write_text(yaml.safe_dump({
         "name": "pilot", "recipe": "cpu_demo", "overrides": ["isocompute.model=tiny", PARITY_REWARD],
-        "budget_rollouts": 144, "b_problem": [4], "n": [2, 4], "test_freq": 1000, "fit": {"bootstrap": 0},
+        "budget_rollouts": 192, "b_problem": [4], "n": [2, 4], "test_freq": 1000, "fit": {"bootstrap": 0},
         "early_stop": {"checks": CHECKS, "level": 0.8, "metric": "epoch"},  # 97.8 % at each of the 9 checks
     }))
     first = _sweep(plan)
@@ -42,7 +42,7 @@ def test_a_beaten_arm_is_stopped_mid_run_and_stays_stopped_on_resume(tmp_path, t
     n4, n2 = state["cells"]["b4_n4"], state["cells"]["b4_n2"]
     assert n2["status"] == "done"
     assert n4["status"] == "stopped", first.stderr[-4000:]
-    assert 0 < n4["last_step"] < 9 and n4["reason"].startswith("early stop at ") and ": n = 4:" in n4["reason"]
+    assert 0 < n4["last_step"] < 12 and n4["reason"].startswith("early stop at ") and ": n = 4:" in n4["reason"]
     assert "of the sweep's rollouts: n = 4: 98% interval" in first.stderr
     assert state["early_stop"]["checks_done"] == CHECKS[: len(state["early_stop"]["checks_done"])]
 

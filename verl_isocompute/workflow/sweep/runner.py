@@ -255,6 +255,8 @@ class Sweep:
                     record = self.state.cells[cell.id]
                     if record["status"] in (FINISHED, SKIPPED, STOPPED):
                         continue
+                    if max(logged_steps(self.run_dir(cell)), default=0) >= cell.steps:
+                        continue  # its last step is logged: nothing left to save, let it finish
                     if cell.id in running:
                         self.executor.stop(running.pop(cell.id)[1])
                     elif cell in queue:
