@@ -30,6 +30,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "guide": ("verl_isocompute.commands.guide", "mix guided copies of hard problems (oracle-solution prefixes, POPE/PrefixRL) into a training set"),
     "sweep": ("verl_isocompute.commands.sweep", "run a pilot sweep (B_problem x n grid), locally or on a Ray cluster, then fit"),
     "fit": ("verl_isocompute.commands.fit", "fit the compute-optimal frontier and the n*(C) sigmoid from run logs"),
+    "forecast": ("verl_isocompute.commands.forecast", "forecast each run's and each n's metric at a budget from partial logs, with intervals"),
     "allocate": ("verl_isocompute.commands.allocate", "turn a rollout budget into n, B_problem, steps and lr from an n*(C) curve"),
 }
 

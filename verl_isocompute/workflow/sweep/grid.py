@@ -105,6 +105,7 @@ class Plan:
     ray: dict[str, Any] = field(default_factory=dict)
     seeds: tuple[int, ...] = ()  # empty: one run per cell with the recipe's seeds
     source: str | None = None  # the plan file, for messages
+    early_stop: dict[str, Any] | None = None  # checks, level, metric: the sequential pilot (None: off)
 
     def grid(self) -> list[tuple[int, int]]:
         return grid(self.b_problem, self.n, self.b_max)
@@ -253,6 +254,15 @@ def describe(plan: Plan) -> str:
     else:
         count = f"{counted(len(runnable), 'cell')} to run ({len(small)} skipped: budget below one step)"
     lines.append(f"{count}, {sum(c.steps for c in runnable)} steps, {total} rollouts in total")
+    if plan.early_stop:
+        stop = plan.early_stop
+        at = ", ".join(f"{f:.0%} ({f * total:.0f} rollouts)" for f in stop["checks"])
+        from verl_isocompute.scaling.pilot import check_level
+
+        each = check_level(stop["level"], stop["checks"])
+        lines.append(f"early stop: checks at {at} of the total; stops an n whose forecast of {stop['metric']} at "
+                     f"C = {plan.budget_rollouts} lies wholly below the best n's ({each:.1%} intervals at each check: "
+                     f"{stop['level']:.0%} over {len(stop['checks'])})")
     return "\n".join(lines)
 
 

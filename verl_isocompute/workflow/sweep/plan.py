@@ -24,6 +24,7 @@ every field, the ``fit:`` block by building the fit's own :class:`FitConfig`, an
     test_freq: null                   # or a fixed trainer.test_freq for every cell
     sweep_dir: runs/pilot-easy        # default runs/<name>
     fit: {metric: val/avg@4, compute: rollouts, group_by: n, bootstrap: 200}
+    early_stop: {checks: [0.2, 0.4, 0.6], level: 0.9}   # optional: the sequential pilot (scaling.pilot)
     ray: {address: null, max_concurrent: 2, mode: auto, python: python, env_vars: {}, num_gpus: null, num_cpus: 1}
 
 Relative paths (data files, sweep_dir) are relative to the plan file's directory. The learning rate is
@@ -59,7 +60,7 @@ from verl_isocompute.workflow.sweep.grid import (
 DEFAULT_MAX_CONCURRENT = 2
 _TOP_KEYS = {
     "name", "recipe", "overrides", "data", "budget_rollouts", "b_problem", "n", "b_max", "val_points",
-    "test_freq", "sweep_dir", "fit", "ray", "seeds",
+    "test_freq", "sweep_dir", "fit", "ray", "seeds", "early_stop",
 }
 _FIT_KEYS = {f.name for f in fields(FitConfig)}  # a plan's fit: block is isocompute fit's options
 # The ray: block's keys are executors.RayConfig's fields (tests/test_sweep_plan.py checks they agree).
@@ -148,6 +149,7 @@ def parse_plan(raw: Any, base_dir: str | os.PathLike = ".", default_name: str = 
     fit = dict(fit)
     fit_options(fit)  # the fit's own checks, now rather than after every cell has trained
     ray_cfg = _ray_block(raw.get("ray"))
+    early_stop = _early_stop(raw.get("early_stop"))
 
     sweep_dir = Path(os.path.expanduser(str(raw.get("sweep_dir") or f"runs/{name}")))
     sweep_dir = sweep_dir if sweep_dir.is_absolute() else base / sweep_dir
@@ -156,6 +158,7 @@ def parse_plan(raw: Any, base_dir: str | os.PathLike = ".", default_name: str = 
         name=name, recipe=recipe, budget_rollouts=budget, b_problem=b_problem, n=n, b_max=b_max,
         overrides=tuple(overrides), train_files=train_files, val_files=val_files, val_points=val_points,
         test_freq=test_freq, sweep_dir=str(sweep_dir), fit=fit, ray=ray_cfg, seeds=seeds, source=source,
+        early_stop=early_stop,
     )
     plan.grid()  # raises when B_max removes every cell
     if not plan.runnable():
@@ -172,6 +175,34 @@ def parse_plan(raw: Any, base_dir: str | os.PathLike = ".", default_name: str = 
             "not tokens?)"
         )
     return plan
+
+
+def _early_stop(value: Any) -> dict[str, Any] | None:
+    """The plan's ``early_stop`` block (docs/WORKFLOW.md, "Stopping a pilot early"), checked; None without it."""
+    from verl_isocompute.scaling.errors import ScalingError
+    from verl_isocompute.scaling.pilot import DEFAULT_METRIC, check_fractions, check_level
+
+    if value is None:
+        return None
+    example = "early_stop: {checks: [0.2, 0.4, 0.6], level: 0.9}"
+    if not isinstance(value, dict) or set(value) - {"checks", "level", "metric"}:
+        raise PlanError(f"early_stop must be a mapping with checks, level and optionally metric, e.g. {example}; got {value!r}")
+    checks = value.get("checks", [0.2, 0.4, 0.6])
+    try:
+        checks = check_fractions([float(yaml_number(c)) for c in checks] if isinstance(checks, list) else checks)
+    except (ScalingError, TypeError, ValueError) as exc:
+        raise PlanError(str(exc) if isinstance(exc, ScalingError) else f"early_stop.checks must be a list of fractions, e.g. {example}") from None
+    level = yaml_number(value.get("level", 0.9))
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.5 <= level <= 0.98:
+        raise PlanError(f"early_stop.level must be a number in [0.5, 0.98] (the forecast's calibrated range), got {level!r}")
+    try:
+        check_level(float(level), checks)
+    except ScalingError as exc:
+        raise PlanError(str(exc)) from None
+    metric = value.get("metric", DEFAULT_METRIC)
+    if not isinstance(metric, str) or not metric:
+        raise PlanError(f"early_stop.metric must be a logged metric name such as {DEFAULT_METRIC}, got {metric!r}")
+    return {"checks": checks, "level": float(level), "metric": metric}
 
 
 def _seeds(value: Any, overrides: list[str]) -> tuple[int, ...]:

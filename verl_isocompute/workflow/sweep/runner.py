@@ -39,6 +39,7 @@ from verl_isocompute.workflow.sweep.state import (
     RUNNING,
     SKIPPED,
     STATE_FILE,
+    STOPPED,
     SweepError,
     SweepState,
     cell_spec,
@@ -177,7 +178,7 @@ class Sweep:
 
     # -- the loop ----------------------------------------------------------------------------------
     def todo(self) -> list[Cell]:
-        return [c for c in self.plan.runnable() if self.state.cells[c.id]["status"] not in (FINISHED, SKIPPED)]
+        return [c for c in self.plan.runnable() if self.state.cells[c.id]["status"] not in (FINISHED, SKIPPED, STOPPED)]
 
     def run(self) -> dict[str, Any]:
         """Run every unfinished cell; returns a summary. Raises :class:`Interrupted` on SIGTERM/SIGINT."""
@@ -185,8 +186,8 @@ class Sweep:
 
         for cell in self.plan.cells():
             record = self.state.cells[cell.id]
-            if record["status"] == SKIPPED:
-                self.echo(f"[sweep] {cell.id}: skipped: {record['reason']}")
+            if record["status"] in (SKIPPED, STOPPED):
+                self.echo(f"[sweep] {cell.id}: {record['status']}: {record['reason']}")
         queue = self.todo()
         done_before = [c.id for c in self.plan.runnable() if self.state.cells[c.id]["status"] == FINISHED]
         unit = "run" if self.plan.seeds else "cell"  # with seeds, an id names one seed's run of a cell
@@ -224,6 +225,8 @@ class Sweep:
                         if outcome is not None:
                             del running[cell_id]
                             self._finish(cell, handle, outcome)
+                    if self.plan.early_stop:
+                        self._early_stop(runnable, queue, running)
                     self._update_bar(bar, runnable, running)
             except Interrupted as exc:
                 self.echo(f"[sweep] {exc}: stopping {counted(len(running), unit)} in progress; rerun the same command to resume")
@@ -237,6 +240,31 @@ class Sweep:
             finally:
                 bar.close()
         return self.summary()
+
+    def _early_stop(self, runnable: list[Cell], queue: list[Cell], running: dict) -> None:
+        """Make the checks the sweep's spend has reached; stop the groups they find beaten (:mod:`.early_stop`)."""
+        from verl_isocompute.workflow.sweep import early_stop
+
+        total = sum(c.rollouts_used for c in runnable)
+        for fraction in early_stop.due(self.plan, self.state, early_stop.spent(runnable, self.state, self.run_dir), total):
+            decisions = early_stop.check(self.plan, self.state, runnable, self.run_dir, fraction)
+            self.echo(f"[sweep] early stop: check at {fraction:.0%} of the sweep's rollouts: "
+                      + ("; ".join(d.reason for d in decisions) if decisions else "no n is beaten with confidence"))
+            for d in decisions:
+                for cell in [c for c in runnable if (c.n, c.b_problem) == (d.n, d.b_problem)]:
+                    record = self.state.cells[cell.id]
+                    if record["status"] in (FINISHED, SKIPPED, STOPPED):
+                        continue
+                    if max(logged_steps(self.run_dir(cell)), default=0) >= cell.steps:
+                        continue  # its last step is logged: nothing left to save, let it finish
+                    if cell.id in running:
+                        self.executor.stop(running.pop(cell.id)[1])
+                    elif cell in queue:
+                        queue.remove(cell)
+                    record.update({"status": STOPPED, "finished": time.time(), "reason": f"early stop at {fraction:.0%}: {d.reason}",
+                                   "last_step": max(logged_steps(self.run_dir(cell)), default=0)})
+                    self.echo(f"[sweep] {cell.id}: stopped at step {record['last_step']} of {cell.steps}")
+            self.state.save()
 
     def _update_bar(self, bar, runnable: list[Cell], running: dict) -> None:
         if bar.disable:
@@ -261,7 +289,10 @@ class Sweep:
         return self.state.counts()
 
     def finished_run_dirs(self) -> list[Path]:
-        return [self.run_dir(c) for c in self.plan.runnable() if self.state.cells[c.id]["status"] == FINISHED]
+        """The runs the fit reads: finished ones, and the logged part of those the early stop stopped."""
+        return [self.run_dir(c) for c in self.plan.runnable()
+                if self.state.cells[c.id]["status"] == FINISHED
+                or (self.state.cells[c.id]["status"] == STOPPED and max(logged_steps(self.run_dir(c)), default=0) > 0)]
 
     def summary(self) -> dict[str, Any]:
         return {"sweep_dir": str(self.dir), "counts": self.counts(),

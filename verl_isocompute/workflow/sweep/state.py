@@ -1,7 +1,7 @@
 """A sweep's state on disk: ``<sweep dir>/sweep_state.json``, one record per cell, rewritten atomically.
 
 A record holds the cell's status (:data:`PENDING` -> :data:`RUNNING` -> :data:`FINISHED` /
-:data:`FAILED` / :data:`INTERRUPTED`, or :data:`SKIPPED` with a reason), its attempts, timings, where it
+:data:`FAILED` / :data:`INTERRUPTED`, or :data:`SKIPPED` / :data:`STOPPED` with a reason), its attempts, timings, where it
 ran (executor, pid or Ray job id) and its ``spec``: what defines the run (recipe, shape, overrides). A
 finished cell whose spec differs from the plan's means the plan was edited mid-sweep. The file is
 replaced whole (temporary file + ``os.replace``, :mod:`verl_isocompute.atomic`) after every transition,
@@ -26,6 +26,7 @@ CELLS_DIR = "cells"
 ATTEMPTS_DIR = "attempts"
 FIT_DIR = "fit"
 FINISHED, RUNNING, FAILED, INTERRUPTED, PENDING, SKIPPED = "done", "running", "failed", "interrupted", "pending", "skipped"
+STOPPED = "stopped"  # by the sequential pilot (early_stop): kept so on a rerun; the fit reads its logged steps
 
 
 class SweepError(IsoComputeError, RuntimeError):

@@ -1,0 +1,53 @@
+"""The sequential pilot for real (issue 44, item 3): verl on CPU with the tiny model stops a beaten arm mid-run,
+and the sweep, run again, keeps it recorded as stopped.
+
+Two cells run at once (b_problem 4, n 2 and 4, 192 rollouts each: 24 and 12 steps). Checks every 5 % of the
+sweep's rollouts from 50 % on forecast each arm at the budget from its logged steps (the first checks may find
+too few steps of n = 4 to forecast it: it is then kept). The metric is the logged ``epoch``
+(step x b_problem / training problems = C / (n x problems)), which rises with compute at a rate set by n, so
+the outcome is known in advance: n = 4 ends at half of n = 2's, and a check stops it, whatever the
+tiny random model learns. Whether the forecast is right on real rewards is the backtest's question
+(benchmarks/bench_forecast.py); this test is about the sweep: a real cell stopped, recorded, kept on a rerun.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+from verl_runs import PARITY_REWARD
+
+pytestmark = pytest.mark.e2e
+CHECKS = [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9]
+
+
+def _sweep(plan, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "verl_isocompute.commands.cli", "sweep", "--plan", str(plan)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_beaten_arm_is_stopped_mid_run_and_stays_stopped_on_resume(tmp_path, tiny_model_path):
+    plan = tmp_path / "pilot.yaml"
+    plan.write_text(yaml.safe_dump({
+        "name": "pilot", "recipe": "cpu_demo", "overrides": ["isocompute.model=tiny", PARITY_REWARD],
+        "budget_rollouts": 192, "b_problem": [4], "n": [2, 4], "test_freq": 1000, "fit": {"bootstrap": 0},
+        "early_stop": {"checks": CHECKS, "level": 0.8, "metric": "epoch"},  # 97.8 % at each of the 9 checks
+    }))
+    first = _sweep(plan)
+    assert first.returncode == 0, first.stderr[-4000:]
+    state = json.loads((tmp_path / "runs" / "pilot" / "sweep_state.json").read_text())
+    n4, n2 = state["cells"]["b4_n4"], state["cells"]["b4_n2"]
+    assert n2["status"] == "done"
+    assert n4["status"] == "stopped", first.stderr[-4000:]
+    assert 0 < n4["last_step"] < 12 and n4["reason"].startswith("early stop at ") and ": n = 4:" in n4["reason"]
+    assert "of the sweep's rollouts: n = 4: 98% interval" in first.stderr
+    assert state["early_stop"]["checks_done"] == CHECKS[: len(state["early_stop"]["checks_done"])]
+
+    again = _sweep(plan)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert "b4_n4: stopped: early stop at " in again.stderr and "started" not in again.stderr
+    resumed = json.loads((tmp_path / "runs" / "pilot" / "sweep_state.json").read_text())
+    assert resumed["cells"]["b4_n4"] == n4 and resumed["cells"]["b4_n2"]["attempts"] == 1

@@ -1,0 +1,117 @@
+"""Known-truth sweeps for the forecast's calibration: training reward of runs that follow saturating curves.
+
+Each sweep has one base reward R0 (every run starts from the same model) and two groups, n = 2 and n = 8 at
+b_problem = 8, trained to a budget of ``budget`` rollouts. A group's curve is ScaleRL's saturating form
+(arXiv 2510.13786), R(C) = R0 + (A - R0) / (1 + (C_mid / C)^beta), drawn at random: A - R0 in [0.1, 0.4],
+C_mid from 20x below to 1.6x above the budget, beta in [0.7, 2.5] (curves still rising at the budget, ones
+nearly done, and ones that barely started). Each run perturbs its group's A and C_mid (run-to-run noise);
+each step logs the share of its n x b_problem rollouts that were correct (binomial sampling noise), placed
+at the compute before the step, where the fit places a training metric. The truth is what the run logs, so
+the forecast must cover its sampling noise too.
+
+Seeds below :data:`HELD_OUT` tuned the forecast's shape prior; the backtest reports seeds from it on.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from verl_isocompute.scaling.saturating import SaturatingCurve, saturating_reward
+
+HELD_OUT = 10_000
+B_PROBLEM = 8
+
+
+def suite_sweep(seed: int, budget: float = 4096.0, runs_per_n: int = 3, n_values: tuple[int, ...] = (2, 8)) -> pd.DataFrame:
+    """One known-truth sweep's training-reward points: run, n, b_problem, step, C, reward (to the budget)."""
+    rng = np.random.default_rng(seed)
+    r0 = rng.uniform(0.15, 0.45)
+    frames = []
+    for n in n_values:
+        gain = rng.uniform(0.1, 0.4)
+        log_mid = math.log(budget) + rng.uniform(math.log(1 / 20), math.log(1.6))
+        beta = rng.uniform(0.7, 2.5)
+        per_step = n * B_PROBLEM
+        steps = np.arange(1, int(budget // per_step) + 1)
+        c_before = (steps - 1) * float(per_step)
+        for replica in range(runs_per_n):
+            a = min(0.97, r0 + gain + rng.normal(0.0, 0.02))
+            mid = log_mid + rng.normal(0.0, 0.15)
+            p = np.clip(saturating_reward(np.log(np.maximum(c_before, 1.0)), r0, a, mid, beta), 0.0, 1.0)
+            p[c_before == 0] = r0
+            reward = rng.binomial(per_step, p) / per_step
+            frames.append(pd.DataFrame({"run": f"n{n}-s{replica}", "n": n, "b_problem": B_PROBLEM, "step": steps,
+                                        "C": c_before, "reward": reward}))
+    out = pd.concat(frames, ignore_index=True)
+    return out[out["C"] > 0].reset_index(drop=True)
+
+
+FRACTIONS = (0.1, 0.2, 0.3, 0.5)  # of the budget's compute logged when the backtest forecasts
+H_EDGES = [0.0, 0.9, 1.4, 2.0]  # horizon bins ln(C / logged C): ~50 %, 30 %, 20 %, <= 13 % logged
+PERCENT = [1, 2, 2.5, 5, 7.5, 10, 15, 20, 25, 30, 40, 50, 60, 70, 75, 80, 85, 90, 92.5, 95, 97.5, 98, 99]
+
+
+def truncated(sweep: pd.DataFrame, upto: float) -> pd.DataFrame:
+    """The part of a sweep logged by compute ``upto`` (a running pilot's view)."""
+    return sweep[sweep["C"] <= upto].reset_index(drop=True)
+
+
+def standardized_errors(seeds: range, budget: float = 4096.0) -> pd.DataFrame:
+    """(kind, h, z) for every forecast of the sweeps ``seeds`` at every fraction, z = (truth - predicted) / sd.
+
+    The truth of a run is its logged target; of a group, the mean of its runs' (split-conformal calibration:
+    these seeds' errors set the interval, other seeds' test it).
+    """
+    from verl_isocompute.scaling.forecast import forecast, target_value
+
+    rows = []
+    for seed in seeds:
+        sweep = suite_sweep(seed, budget)
+        truth = {run: target_value(pts, budget, False) for run, pts in sweep.groupby("run")}
+        for fraction in FRACTIONS:
+            out = forecast(truncated(sweep, fraction * budget), budget, "train/reward", calibration={})
+            for kind, items in (("run", out.runs), ("group", out.groups)):
+                for f in items:
+                    if f.predicted is None or not f.sd:
+                        continue
+                    value = truth[f.run] if kind == "run" else float(np.mean([truth[r] for r in f.runs]))
+                    rows.append((kind, f.h, (value - f.predicted) / f.sd))
+    return pd.DataFrame(rows, columns=["kind", "h", "z"])
+
+
+def calibration_table(errors: pd.DataFrame) -> dict:
+    """Quantiles (at :data:`PERCENT`) of the standardized errors per horizon bin, for runs and for groups."""
+    table: dict = {"h_edges": H_EDGES, "percent": PERCENT}
+    bins = np.searchsorted(H_EDGES, errors["h"].to_numpy(), side="right") - 1
+    for kind in ("run", "group"):
+        table[kind] = [
+            np.percentile(errors["z"][(errors["kind"] == kind).to_numpy() & (bins == i)], PERCENT).round(4).tolist()
+            for i in range(len(H_EDGES))
+        ]
+    return table
+
+
+def curve_sweep(curves: dict, seed: int, budget: float = 4096.0, runs_per_n: int = 3) -> pd.DataFrame:
+    """A sweep whose groups follow given curves (n -> callable of C): binomial training reward per step, at the
+    compute before the step (for the sequential pilot's tests and replay: a clear winner, a late crossing)."""
+    rng = np.random.default_rng(seed)
+    frames = []
+    for n, curve in curves.items():
+        per_step = n * B_PROBLEM
+        c_before = np.arange(1, int(budget // per_step)) * float(per_step)
+        for replica in range(runs_per_n):
+            reward = rng.binomial(per_step, np.clip(curve(c_before), 0.0, 1.0)) / per_step
+            frames.append(pd.DataFrame({"run": f"n{n}-s{replica}", "n": n, "b_problem": B_PROBLEM,
+                                        "step": np.arange(2, len(c_before) + 2), "C": c_before, "reward": reward}))
+    return pd.concat(frames, ignore_index=True)
+
+
+# Two known answers for the sequential pilot (budget 4096, b_problem 8): n = 2 and 4 rise early to low ceilings
+# and n = 8 to a high one (a clear winner); n = 2 leads until ~40 % of the budget and n = 8 wins at it (a late
+# crossing).
+CLEAR_WINNER = {2: SaturatingCurve(0.2, 0.35, 300.0, 1.5), 4: SaturatingCurve(0.2, 0.45, 400.0, 1.5),
+                8: SaturatingCurve(0.2, 0.85, 600.0, 1.5)}
+LATE_CROSSING = {2: SaturatingCurve(0.2, 0.5, 150.0, 1.5), 8: SaturatingCurve(0.2, 0.75, 1500.0, 1.5)}
