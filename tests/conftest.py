@@ -75,20 +75,24 @@ def pytest_configure(config):
 # busy to the end (setup + calls per module, about, in seconds on 2 cores; only the order matters). xdist would
 # otherwise reorder the files by their number of tests, which puts the e2e files (few tests, minutes each) last:
 # pytest_configure turns that off (the same as `--no-loadscope-reorder`).
-LONGEST_FIRST = (
-    "test_adaptive_e2e.py",             # 530: the schedule's two runs, its budget spent by evictions, per-prompt n
-    "test_sweep_e2e.py",                # 470: curate, a sweep stopped and resumed on a Ray head, fit, train
-    "test_recipe_e2e.py",               # 440: three runs, one killed and resumed
-    "test_e2e_cpu.py",                  # 270: the README's demo run, and again with a weight sync skipped
-    "test_guided_e2e.py",               # 250
-    "test_verl_unaffected.py",          # 245: verl's own CPU tests, with and without our plugin
-    "test_stop_e2e.py",                 # 240: four commands stopped by SIGTERM
-    "test_vllm_cpu_e2e.py",             # 240: two runs with verl's vLLM rollout (one whose vLLM worker dies)
-    "test_guided_walkthrough_e2e.py",   # 165: the guided page's commands as written
-    "test_stock_e2e.py",                # 155: two runs through verl's own main_ppo
-    "test_user_config_e2e.py",          # 120: verl's ppo_trainer with the user's CPU sizes
-    "test_prefix_search_e2e.py",        # 80
-    "test_traces_e2e.py",               # 70
+LONGEST_FIRST = (  # seconds measured on 2 busy cores, 2026-12-02
+    "test_adaptive_e2e.py",             # 350: the schedule's two runs, its budget spent by evictions, per-prompt n
+    "test_sweep_e2e.py",                # 340: curate, a sweep stopped and resumed on a Ray head, fit, train
+    "test_recipe_e2e.py",               # 340: three runs, one killed and resumed
+    "test_vllm_cpu_e2e.py",             # 310: two runs with verl's vLLM rollout (one whose vLLM worker dies)
+    "test_e2e_cpu.py",                  # 240: the README's demo run, and again with a weight sync skipped
+    "test_early_stop_e2e.py",           # 200: a sweep of two cells, one stopped by the sequential pilot, rerun
+    "test_stop_e2e.py",                 # 190: four commands stopped by SIGTERM
+    "test_verl_unaffected.py",          # 175: verl's own CPU tests, with and without our plugin
+    "test_guided_walkthrough_e2e.py",   # 135: the guided page's commands as written
+    "test_stock_e2e.py",                # 115: two runs through verl's own main_ppo
+    "test_plugin_on_import.py",         # 90: fresh processes importing one module first
+    "test_doctor.py",                   # 85: the doctor's fresh processes
+    "test_guided_e2e.py",               # 85
+    "test_user_config_e2e.py",          # 80: verl's ppo_trainer with the user's CPU sizes
+    "test_resolved_configs.py",         # 65: 50 launches resolved in process
+    "test_traces_e2e.py",               # 40
+    "test_prefix_search_e2e.py",        # 35
 )
 
 
