@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from verl_isocompute.scaling.calibration import CASES, coverage
+from verl_isocompute.scaling.calibration import CASES, coverage, reads
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     print(f"{'pooled':18s} {held:>6d} / {given:<6d} {held / given:>9.3f}   (nominal 0.95; lowest case {worst:.3f}; "
           f"{time.perf_counter() - start:.0f} s)")
+    for name, kind in (("flat", "flat"), ("rising", "moving")):  # issue 43 item 3: the flat-or-moving decision
+        r = reads(next(c for c in CASES if c.name == name), args.datasets, bootstrap=args.bootstrap)
+        print(f"{name} case read {kind}: {r[kind]} of {r['flat'] + r['moving']} datasets", flush=True)
     return 0
 
 

@@ -309,6 +309,21 @@ def fit_frontier(
             else f"only the runs with n={fitted_n[0]} have enough points for a curve"
         ) + ": the frontier is there, but n*(C) needs fitted curves for at least two values of n"
         return result(table, curve=None, no_curve_reason=reason)
+    single = [group_label(g.key, keys) for g in fitted if len(g.runs) == 1]
+    if bootstrap and bootstrap_over == "seeds" and len(single) == len(fitted):
+        warnings.append("every group has a single run: the run-to-run variation is not measured, so the fit has no "
+                        "bootstrap intervals; run two or more seeds per n (--bootstrap-over runs only leaves whole "
+                        "groups out, which shows which n were run, not the noise)")
+    elif bootstrap and bootstrap_over == "seeds" and single:
+        warnings.append(f"{', '.join(single)}: a single run, which the bootstrap over seeds cannot resample: the "
+                        "intervals leave out the run-to-run variation of these groups; run two or more seeds per n")
+    elif bootstrap and len(single) == len(fitted):
+        # A resample of runs can then only leave whole groups out (or repeat the data): its spread says how
+        # the answer depends on which n were run, not how noisy the points are. On the real CPU pilot (3
+        # groups, docs/EVIDENCE.md) the resamples that fit are the data again and the intervals collapse.
+        warnings.append("every group has a single run, so the bootstrap over runs can only leave whole groups out: "
+                        "its intervals do not show the noise of the points; run several seeds per n for that")
+
     only, half, notes = decide(fitted, curves, curve_draws, grid_c, table)  # only resolved wins count (issue 43)
     warnings.extend(notes)
     if only is not None:
@@ -363,21 +378,6 @@ def fit_frontier(
     if bootstrap and stats["failed"]:
         warnings.append(f"{stats['failed']} of {bootstrap} bootstrap resamples could not be fitted and were skipped")
     warnings.extend(flat_vs_moving(stats, moving_fit=True))
-    single = [group_label(g.key, keys) for g in fitted if len(g.runs) == 1]
-    if bootstrap and bootstrap_over == "seeds" and len(single) == len(fitted):
-        warnings.append("every group has a single run: the run-to-run variation is not measured, so the fit has no "
-                        "bootstrap intervals; run two or more seeds per n (--bootstrap-over runs only leaves whole "
-                        "groups out, which shows which n were run, not the noise)")
-    elif bootstrap and bootstrap_over == "seeds" and single:
-        warnings.append(f"{', '.join(single)}: a single run, which the bootstrap over seeds cannot resample: the "
-                        "intervals leave out the run-to-run variation of these groups; run two or more seeds per n")
-    elif bootstrap and len(single) == len(fitted):
-        # A resample of runs can then only leave whole groups out (or repeat the data): its spread says how
-        # the answer depends on which n were run, not how noisy the points are. On the real CPU pilot (3
-        # groups, docs/EVIDENCE.md) the resamples that fit are the data again and the intervals collapse.
-        warnings.append("every group has a single run, so the bootstrap over runs can only leave whole groups out: "
-                        "its intervals do not show the noise of the points; run several seeds per n for that")
-
     curve = Curve(
         L=fit.L, k=fit.k, log10_C0=fit.log10_C0, b=fit.b,
         compute_unit=frontier.compute_unit, metric=frontier.metric,
