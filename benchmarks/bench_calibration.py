@@ -4,9 +4,10 @@ For every case of :data:`verl_isocompute.scaling.calibration.CASES` (rising, fla
 unequal run lengths, 1 / 3 / 5 / 10 seeds, a curve at the fit's bounds), fits ``--datasets`` noisy datasets and
 counts how many of the 95 % intervals of each n's reward at C = 256 and 448 rollouts held the true R_n(C); prints
 coverage per case and pooled (goal: pooled >= 93 %, no case below 88 %). A case with one seed gives no interval,
-by design: its row counts the intervals withheld.
+by design: its row counts the intervals withheld. The last two lines (issue 43 item 3): on how many datasets the
+flat case reads flat and the rising case reads rising.
 
-    python benchmarks/bench_calibration.py                 # 20 datasets a case, 200 resamples (~3 min on 2 cores)
+    python benchmarks/bench_calibration.py                 # 20 datasets a case, 200 resamples (~5 min on 2 cores)
     python benchmarks/bench_calibration.py --datasets 5    # a quick look
 """
 
