@@ -4,9 +4,10 @@ For every case of :data:`verl_isocompute.scaling.calibration.CASES` (rising, fla
 unequal run lengths, 1 / 3 / 5 / 10 seeds, a curve at the fit's bounds), fits ``--datasets`` noisy datasets and
 counts how many of the 95 % intervals of each n's reward at C = 256 and 448 rollouts held the true R_n(C); prints
 coverage per case and pooled (goal: pooled >= 93 %, no case below 88 %). A case with one seed gives no interval,
-by design: its row counts the intervals withheld.
+by design: its row counts the intervals withheld. The last two lines (issue 43 item 3): on how many datasets the
+flat case reads flat and the rising case reads rising.
 
-    python benchmarks/bench_calibration.py                 # 20 datasets a case, 200 resamples (~3 min on 2 cores)
+    python benchmarks/bench_calibration.py                 # 20 datasets a case, 200 resamples (~5 min on 2 cores)
     python benchmarks/bench_calibration.py --datasets 5    # a quick look
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from verl_isocompute.scaling.calibration import CASES, coverage
+from verl_isocompute.scaling.calibration import CASES, coverage, reads
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     print(f"{'pooled':18s} {held:>6d} / {given:<6d} {held / given:>9.3f}   (nominal 0.95; lowest case {worst:.3f}; "
           f"{time.perf_counter() - start:.0f} s)")
+    for name, kind in (("flat", "flat"), ("rising", "moving")):  # issue 43 item 3: the flat-or-moving decision
+        r = reads(next(c for c in CASES if c.name == name), args.datasets, bootstrap=args.bootstrap)
+        print(f"{name} case read {kind}: {r[kind]} of {r['flat'] + r['moving']} datasets", flush=True)
     return 0
 
 

@@ -33,19 +33,73 @@ def test_the_t_interval_holds_its_estimate_and_corrects_for_few_seeds():
     assert all(np.isnan(t_interval(0.5, draws, seeds=1)))
 
 
-def test_flat_resamples_count_in_a_moving_fits_intervals(tmp_path):
+def _reads(name: str, datasets: int, seed: int):
+    """Fits of ``datasets`` noisy datasets of a calibration case: (fit result, per-n interval rows at C = 256, 448)."""
+    import tempfile
+    from pathlib import Path
+
+    from verl_isocompute.scaling.calibration import write_case
+    from verl_isocompute.scaling.compare import compare_at
+    from verl_isocompute.scaling.pipeline import FitConfig, run_fit
+    from verl_isocompute.scaling.reward_curves import reward_curves
+
+    case, rng = next(c for c in CASES if c.name == name), np.random.default_rng(seed)
+    for k in range(datasets):
+        with tempfile.TemporaryDirectory() as tmp:
+            write_case(case, Path(tmp), rng)
+            result = run_fit([Path(tmp)], None, FitConfig(metric="train/reward", group_by="n", bootstrap=60, seed=k)).result
+        yield case, result, compare_at(reward_curves(result), [256.0, 448.0]).to_dict("records")
+
+
+def test_a_flat_sweep_reads_flat_and_a_rising_one_rises_with_intervals_that_cover():
+    """Issue 43 item 3, done-when: a truly flat sweep is read flat on >= 80 % of noisy datasets. Every n starts from
+    the same R0, so at small C noise picked the plain envelope's winner and the flat case read flat on ~2 of 10; only
+    resolved wins now move n*. The rising case (n = 8 overtakes n = 2 near C = 300) must still read rising, at the
+    power 5 seeds give it (~6 of 10), with n* = 2 at small C inside the band and per-n intervals that hold the truth."""
+    flat = [r.n_star_flat for _, r, _ in _reads("flat", 10, seed=11)]
+    assert sum(n == 2 for n in flat) >= 8, flat
+    rising, held, given = 0, 0, 0
+    for case, r, rows in _reads("rising", 10, seed=12):
+        assert r.flat is None or r.n_star_flat == 2, r.summary()  # never a flat n = 8, never n* falling
+        if r.flat is None:
+            rising += 1
+            assert r.curve.L > 0 and r.n_star_table([32.0])["n_star_low"].iloc[0] <= 2.0 + 1e-6
+        for row in rows:
+            if np.isfinite(row["reward_low"]):
+                given += 1
+                held += row["reward_low"] <= case.curves[row["n"]](row["C"]) <= row["reward_high"]
+    assert rising >= 4 and given >= 30 and held / given >= 0.9, (rising, held, given)
+
+
+def test_flat_resamples_count_in_a_moving_fits_intervals():
     """Issue 43 item 3: the sigmoid's bootstrap skipped every resample on which n* did not move, so its intervals
-    were conditional on n* moving. On a truly flat sweep (n = 2 ahead wherever both run) whose full-data envelope
-    moves by noise, the flat resamples are kept as L = 0 draws, counted, and the fit says it cannot tell."""
+    were conditional on n* moving. On rising sweeps whose resamples are sometimes flat (n* = 2 wherever resolved),
+    the flat resamples are kept as L = 0 draws and counted, and the fit says when it cannot tell."""
+    seen = 0
+    for _, result, _ in _reads("rising", 6, seed=0):
+        stats = result.bootstrap
+        if result.flat is not None or not stats["flat"]:
+            continue
+        seen += 1
+        assert stats["succeeded"] + stats["failed"] == stats["requested"] == 60
+        assert int((result.bootstrap_params[:, 0] == 0).sum()) == stats["flat"]
+        assert result.curve.provenance["bootstrap_flat"] == stats["flat"]
+        if stats["flat"] > 0.05 * stats["succeeded"]:  # well past the 2.5th percentile
+            assert result.ci.set_index("param").loc["L", "low"] == 0.0  # flat draws in the interval
+        unsure = any("cannot tell a moving n* from a flat one" in w for w in result.warnings)
+        assert unsure == (stats["flat"] >= 0.2 * stats["succeeded"])
+    assert seen >= 1
+
+
+def test_a_flat_sweep_whose_curves_cross_by_noise_at_small_c_reads_flat(tmp_path):
+    """The dataset of the flat case on which the plain envelope moved (n = 8 ahead by noise over a stretch of small C,
+    so the old fit wrote a rising sigmoid): the lead there is not resolved, so n* = 2 flat, and the fit says why."""
     from verl_isocompute.scaling.calibration import write_case
     from verl_isocompute.scaling.pipeline import FitConfig, run_fit
 
     write_case(next(c for c in CASES if c.name == "flat"), tmp_path, np.random.default_rng(5))
     result = run_fit([tmp_path], None, FitConfig(metric="train/reward", group_by="n", bootstrap=100, seed=0)).result
-    assert result.flat is None and result.curve is not None and result.curve.L > 0  # the full data: n* moves
-    stats = result.bootstrap
-    assert stats["succeeded"] + stats["failed"] == stats["requested"] == 100
-    assert stats["flat"] >= 20 and int((result.bootstrap_params[:, 0] == 0).sum()) == stats["flat"]
-    assert result.ci is not None and result.ci.set_index("param").loc["L", "low"] == 0.0  # flat draws in the interval
-    assert any("cannot tell a moving n* from a flat one" in w for w in result.warnings)
-    assert result.curve.provenance["bootstrap_flat"] == stats["flat"]
+    assert set(result.grid["n_star"]) == {2, 8}  # the fitted curves' argmax moves
+    assert result.flat is not None and result.n_star_flat == 2 and result.curve.L == 0
+    assert any("only where the runs do not resolve its lead" in w for w in result.warnings)
+    assert result.flat["flat"] >= 0.8 * result.flat["succeeded"]  # the resamples, decided alike, agree

@@ -16,6 +16,7 @@ import pandas as pd
 
 from verl_isocompute.scaling.envelope import envelope, log_grid
 from verl_isocompute.scaling.groups import RunGroup
+from verl_isocompute.scaling.resolved import on_grid, resolved_winners
 from verl_isocompute.scaling.saturating import MIN_POINTS, bin_ids, bin_points, refit_batch
 from verl_isocompute.scaling.sigmoid_fit import sigmoid_batch
 
@@ -88,7 +89,7 @@ def _with_r0(curve, r0):
     return replace(curve, R0=min(float(r0), curve.A))
 
 
-def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settings, resampled=None):
+def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settings, resampled=None, half=None):
     """Resample runs with replacement and redo steps 3 to 5 (:func:`bootstrap_curves`, or its result passed as
     ``resampled``; then :func:`envelope` and the sigmoid, from the full-data sigmoid); returns (params of every
     resample that has an answer, counts).
@@ -96,15 +97,18 @@ def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settin
     Every resample counts (issue 43): one on which n* does not move over its range is a flat n*(C), drawn as the
     flat curve (L = 0, b = log2 of its n; k and log10_C0 placeholders), not skipped. Skipping them made the
     intervals conditional on n* moving (a truly flat sweep read "n* rises" with 83 of 200 flat resamples dropped).
+    With ``half`` (the full-data grid of C and the per-n interval half-widths on it), whether n* moves on a resample
+    is decided as the fit decides it (:mod:`~verl_isocompute.scaling.resolved`: only resolved wins count).
     ``stats``: ``requested``, ``succeeded`` (moving and flat), ``flat`` (of them), ``failed`` (no envelope, or a
     sigmoid refit that did not converge)."""
     stats = {"requested": int(settings["bootstrap"]), "succeeded": 0, "failed": 0, "flat": 0}
     found = resampled_envelopes(frontier, groups, curves, free_r0, settings, resampled)
     if found is None:
         return np.empty((0, 4)), stats
-    grid, covered, winners, smoothed, ok = found
-    top = np.nanmax(np.where(covered, winners, -np.inf), axis=1, initial=-np.inf)
-    moves = top > np.nanmin(np.where(covered, winners, np.inf), axis=1, initial=np.inf)
+    grid, covered, winners, smoothed, ok = found[:5]
+    decided = winners if half is None else _resolved(found, groups, half)
+    top = np.nanmax(np.where(np.isfinite(decided), decided, -np.inf), axis=1, initial=-np.inf)
+    moves = top > np.nanmin(np.where(np.isfinite(decided), decided, np.inf), axis=1, initial=np.inf)
     flat = ok & ~moves
     ok &= moves
     draws = np.empty((0, 4))
@@ -121,17 +125,19 @@ def bootstrap_sigmoid(frontier, groups, curves, free_r0, params, n_range, settin
     return draws, stats
 
 
-def bootstrap_flat(frontier, groups, curves, free_r0, log2_n_star, settings, resampled=None) -> dict[str, int]:
+def bootstrap_flat(frontier, groups, curves, free_r0, log2_n_star, settings, resampled=None, half=None) -> dict[str, int]:
     """For a fit whose n* is one n at every C: on how many resamples (steps 3 and 4 redone) that same n wins at
     every C the resample covers: ``requested``, ``succeeded`` (resamples with an envelope), ``failed`` and
     ``flat`` (of the succeeded, those with the same n everywhere). A flat curve has no sigmoid parameters to
-    give intervals for; this is the bootstrap's word on how firm the flat n* is."""
+    give intervals for; this is the bootstrap's word on how firm the flat n* is. With ``half`` (as
+    :func:`bootstrap_sigmoid`) only resolved wins count: a resample is flat when no other n wins a C resolved."""
     stats = {"requested": int(settings["bootstrap"]), "succeeded": 0, "failed": int(settings["bootstrap"]), "flat": 0}
     found = resampled_envelopes(frontier, groups, curves, free_r0, settings, resampled)
     if found is None:
         return stats
-    _, covered, winners, _, ok = found
-    same = np.where(covered, winners == log2_n_star, True).all(axis=1)
+    _, covered, winners, _, ok = found[:5]
+    decided = winners if half is None else _resolved(found, groups, half)
+    same = np.where(np.isfinite(decided), decided == log2_n_star, True).all(axis=1)
     stats["succeeded"], stats["flat"] = int(ok.sum()), int((ok & same).sum())
     stats["failed"] = stats["requested"] - stats["succeeded"]
     return stats
@@ -160,8 +166,8 @@ def flat_vs_moving(stats: dict[str, int], moving_fit: bool) -> list[str]:
 def resampled_envelopes(frontier, groups, curves, free_r0, settings, resampled=None):
     """Step 4 on every resample of :func:`bootstrap_curves` (or ``resampled``, its result): each resample's log
     grid of C, which grid points some curve covers, the winning log2 n there (NaN elsewhere), the smoothed
-    log2 n*, and which resamples have an envelope at all (two distinct n refitted, four covered points).
-    None when nothing was resampled."""
+    log2 n*, which resamples have an envelope at all (two distinct n refitted, four covered points), and the
+    resampled curves and covered ranges behind them. None when nothing was resampled."""
     curve_params, cover = resampled or bootstrap_curves(frontier, groups, curves, free_r0, settings)
     if curve_params is None:
         return None
@@ -179,7 +185,15 @@ def resampled_envelopes(frontier, groups, curves, free_r0, settings, resampled=N
     covered = winner >= 0
     winners = np.where(covered, log2_n[np.maximum(winner, 0)], np.nan)
     ok = (distinct_n >= 2) & (covered.sum(axis=1) >= 4)
-    return grid, covered, winners, smoothed, ok
+    return grid, covered, winners, smoothed, ok, curve_params, np.nan_to_num(cover, nan=-1.0)
+
+
+def _resolved(found, groups, half):
+    """The resolved n* (:func:`~verl_isocompute.scaling.resolved.resolved_winners`) on every resample of ``found``
+    (:func:`resampled_envelopes`), with the full-data half-widths ``half`` = (grid of C, (G, K) half-widths)."""
+    grid, curve_params, cover = found[0], found[5], found[6]
+    log2_n = np.log2([float(g.key[0]) for g in groups])
+    return resolved_winners(curve_params, cover, log2_n, np.where(np.isnan(grid), -1.0, grid), on_grid(half[1], half[0], grid))
 
 
 def _resampled_bins(g: RunGroup, counts: np.ndarray, fit_on: str, bucket: float):

@@ -97,3 +97,17 @@ def coverage(case: Case, datasets: int, budgets=(256.0, 448.0), bootstrap: int =
             given += 1
             held += bool(row["reward_low"] <= float(case.curves[row["n"]](row["C"])) <= row["reward_high"])
     return {"given": given, "held": held, "none": none, "failed": failed}
+
+
+def reads(case: Case, datasets: int, bootstrap: int = 200, seed: int = 0) -> dict:
+    """Over ``datasets`` noisy datasets of ``case``: how many fits read n*(C) flat (``flat``) and moving (``moving``),
+    as the fit decides it (:mod:`verl_isocompute.scaling.resolved`)."""
+    from verl_isocompute.scaling.pipeline import FitConfig, run_fit
+
+    rng, out = np.random.default_rng(seed), {"flat": 0, "moving": 0}
+    for k in range(datasets):
+        with tempfile.TemporaryDirectory() as tmp:
+            write_case(case, Path(tmp), rng)
+            config = FitConfig(metric="train/reward", compute="rollouts", group_by="n", bootstrap=bootstrap, seed=k)
+            out["flat" if run_fit([Path(tmp)], None, config).result.flat is not None else "moving"] += 1
+    return out

@@ -17,6 +17,7 @@ import numpy as np
 from scipy.stats import t as student_t
 
 from verl_isocompute.scaling.envelope import envelope
+from verl_isocompute.scaling.resolved import t_half_width
 from verl_isocompute.scaling.reward_curves import EDGE, RewardCurve, compute_to_reach
 from verl_isocompute.scaling.saturating import saturating_reward
 
@@ -80,8 +81,7 @@ def t_interval(estimate: float, draws: np.ndarray, seeds: int, level: float = LE
     if seeds < 2 or not np.isfinite(estimate):
         return float("nan"), float("nan")
     draws = np.asarray(draws, dtype=float)
-    se = float(np.std(draws[np.isfinite(draws)], ddof=1)) * float(np.sqrt(seeds / (seeds - 1)))
-    half = float(student_t.ppf(0.5 + level / 2, seeds - 1)) * se
+    half = float(t_half_width(draws[np.isfinite(draws)], seeds, level))
     return estimate - half, estimate + half
 
 

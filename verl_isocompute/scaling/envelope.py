@@ -37,17 +37,23 @@ def envelope(
     smoothed by a centred running average of ``window`` points over the covered grid points (NaN
     elsewhere). The fit calls it with B = 1, its bootstrap with one row per resample.
     """
-    c = grid[:, None, :]
-    inside = (c >= cover[:, :, :1] * (1 - 1e-9)) & (c <= cover[:, :, 1:] * (1 + 1e-9)) & ~np.isnan(params[:, :, :1])
-    with np.errstate(invalid="ignore"):
-        values = saturating_reward(np.log(c), *(params[:, :, i, None] for i in range(4)))
-    values = np.where(inside, values, -np.inf)
+    values = curve_values(params, cover, grid)
     winner = values.argmax(axis=1)
     best = np.take_along_axis(values, winner[:, None, :], axis=1)[:, 0, :]
     covered = np.isfinite(best)
     winner = np.where(covered, winner, -1)
     smoothed = running_mean(np.where(covered, log2_n[np.maximum(winner, 0)], 0.0), covered, window)
     return best, winner, smoothed
+
+
+def curve_values(params: np.ndarray, cover: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """(B, G, K): every group's fitted reward at every C of each fit's grid, -inf where the group does not compete
+    (outside its covered range, or not in that fit); arguments as :func:`envelope` takes them."""
+    c = grid[:, None, :]
+    inside = (c >= cover[:, :, :1] * (1 - 1e-9)) & (c <= cover[:, :, 1:] * (1 + 1e-9)) & ~np.isnan(params[:, :, :1])
+    with np.errstate(invalid="ignore"):
+        values = saturating_reward(np.log(c), *(params[:, :, i, None] for i in range(4)))
+    return np.where(inside, values, -np.inf)
 
 
 def running_mean(values: np.ndarray, valid: np.ndarray, window: int) -> np.ndarray:
@@ -75,7 +81,7 @@ def running_mean(values: np.ndarray, valid: np.ndarray, window: int) -> np.ndarr
 
 def envelope_table(groups, curves, grid, keys, window) -> pd.DataFrame:
     """:func:`envelope` of the full-data fit, as the table ``frontier.csv`` holds (uncovered C left out)."""
-    params, cover, log2_n = _stacked(groups, curves)
+    params, cover, log2_n = stacked(groups, curves)
     best, winner, smoothed = envelope(params[None], cover[None], log2_n, grid[None], window)
     keep = winner[0] >= 0
     grid, best, winner, smoothed = grid[keep], best[0, keep], winner[0, keep], smoothed[0, keep]
@@ -100,7 +106,7 @@ def edge_switches(groups, curves, grid) -> tuple[list[float], int]:
     first step: below that C only the smaller n were run, so n* there is a smaller n whatever the curves do. A
     change of n* is a crossing only when both n's runs cover the C on both sides of it.
     """
-    params, cover, log2_n = _stacked(groups, curves)
+    params, cover, log2_n = stacked(groups, curves)
     winner = envelope(params[None], cover[None], log2_n, grid[None], window=1)[1][0]
     inside = (grid[None, :] >= cover[:, :1] * (1 - 1e-9)) & (grid[None, :] <= cover[:, 1:] * (1 + 1e-9))
     edges, crossings = [], 0
@@ -115,7 +121,7 @@ def edge_switches(groups, curves, grid) -> tuple[list[float], int]:
     return edges, crossings
 
 
-def _stacked(groups, curves) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def stacked(groups, curves) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The full-data fit as :func:`envelope` takes it: (G, 4) curve rows, (G, 2) covered C ranges, (G,) log2 n."""
     params = np.array([[c.R0, c.A, math.log(c.C_mid), c.beta] for c in (curves[g.key] for g in groups)])
     cover = np.array([(g.points["C"].min(), g.points["C"].max()) for g in groups], dtype=float)

@@ -84,6 +84,7 @@ from verl_isocompute.scaling.fit_defaults import (
 from verl_isocompute.scaling.points import Frontier
 from verl_isocompute.scaling.groups import flag_warnings, group_flags, group_keys, group_label, group_row, make_groups
 from verl_isocompute.scaling.provenance import flat_provenance, sigmoid_provenance
+from verl_isocompute.scaling.resolved import decide
 from verl_isocompute.scaling.saturating import MIN_POINTS, FitFlags, SaturatingCurve
 from verl_isocompute.scaling.sigmoid_fit import fit_sigmoid
 
@@ -308,13 +309,30 @@ def fit_frontier(
             else f"only the runs with n={fitted_n[0]} have enough points for a curve"
         ) + ": the frontier is there, but n*(C) needs fitted curves for at least two values of n"
         return result(table, curve=None, no_curve_reason=reason)
-    if table["log2_n_star"].nunique() < 2:
-        # One n wins at every C: that is an answer (n*(C) = that n over the range), not a failed fit. It is
-        # written as the flat curve L = 0, which every reader of curve.json already takes (k and C0 then
-        # change nothing); there are no sigmoid parameters to give intervals for, so the bootstrap says on
-        # how many resamples the same n wins everywhere.
-        only = int(table["n_star"].iloc[0])
-        flat = bootstrap_flat(frontier, fitted, curves, free_r0, math.log2(only), settings, resampled)
+    single = [group_label(g.key, keys) for g in fitted if len(g.runs) == 1]
+    if bootstrap and bootstrap_over == "seeds" and len(single) == len(fitted):
+        warnings.append("every group has a single run: the run-to-run variation is not measured, so the fit has no "
+                        "bootstrap intervals; run two or more seeds per n (--bootstrap-over runs only leaves whole "
+                        "groups out, which shows which n were run, not the noise)")
+    elif bootstrap and bootstrap_over == "seeds" and single:
+        warnings.append(f"{', '.join(single)}: a single run, which the bootstrap over seeds cannot resample: the "
+                        "intervals leave out the run-to-run variation of these groups; run two or more seeds per n")
+    elif bootstrap and len(single) == len(fitted):
+        # A resample of runs can then only leave whole groups out (or repeat the data): its spread says how
+        # the answer depends on which n were run, not how noisy the points are. On the real CPU pilot (3
+        # groups, docs/EVIDENCE.md) the resamples that fit are the data again and the intervals collapse.
+        warnings.append("every group has a single run, so the bootstrap over runs can only leave whole groups out: "
+                        "its intervals do not show the noise of the points; run several seeds per n for that")
+
+    only, half, notes = decide(fitted, curves, curve_draws, grid_c, table)  # only resolved wins count (issue 43)
+    warnings.extend(notes)
+    if only is not None:
+        # One n wins at every C where the runs resolve a difference: that is an answer (n*(C) = that n over the
+        # range), not a failed fit. It is written as the flat curve L = 0, which every reader of curve.json
+        # already takes (k and C0 then change nothing); there are no sigmoid parameters to give intervals for,
+        # so the bootstrap says on how many resamples the same n wins everywhere.
+        half = None if half is None else (grid_c, half)
+        flat = bootstrap_flat(frontier, fitted, curves, free_r0, math.log2(only), settings, resampled, half)
         warnings.extend(_flat_warnings(only, fitted_n) + flat_vs_moving(flat, moving_fit=False))  # the n in the envelope: an unfitted n was not compared
         table["log2_n_star_fit"] = math.log2(only)
         table["residual"] = table["log2_n_star_smoothed"] - table["log2_n_star_fit"]
@@ -348,7 +366,8 @@ def fit_frontier(
         warnings.append(f"the sigmoid explains little of n*(C) (R^2 = {fit.r2:.2f}); read n*(C) from frontier.csv")
 
     params = np.array([fit.L, fit.k, fit.log10_C0, fit.b])
-    draws, stats = bootstrap_sigmoid(frontier, fitted, curves, free_r0, params, n_range, settings, resampled)
+    draws, stats = bootstrap_sigmoid(frontier, fitted, curves, free_r0, params, n_range, settings, resampled,
+                                     None if half is None else (grid_c, half))
     ci = None
     if len(draws):
         low, high = np.percentile(draws, [2.5, 97.5], axis=0)
@@ -359,21 +378,6 @@ def fit_frontier(
     if bootstrap and stats["failed"]:
         warnings.append(f"{stats['failed']} of {bootstrap} bootstrap resamples could not be fitted and were skipped")
     warnings.extend(flat_vs_moving(stats, moving_fit=True))
-    single = [group_label(g.key, keys) for g in fitted if len(g.runs) == 1]
-    if bootstrap and bootstrap_over == "seeds" and len(single) == len(fitted):
-        warnings.append("every group has a single run: the run-to-run variation is not measured, so the fit has no "
-                        "bootstrap intervals; run two or more seeds per n (--bootstrap-over runs only leaves whole "
-                        "groups out, which shows which n were run, not the noise)")
-    elif bootstrap and bootstrap_over == "seeds" and single:
-        warnings.append(f"{', '.join(single)}: a single run, which the bootstrap over seeds cannot resample: the "
-                        "intervals leave out the run-to-run variation of these groups; run two or more seeds per n")
-    elif bootstrap and len(single) == len(fitted):
-        # A resample of runs can then only leave whole groups out (or repeat the data): its spread says how
-        # the answer depends on which n were run, not how noisy the points are. On the real CPU pilot (3
-        # groups, docs/EVIDENCE.md) the resamples that fit are the data again and the intervals collapse.
-        warnings.append("every group has a single run, so the bootstrap over runs can only leave whole groups out: "
-                        "its intervals do not show the noise of the points; run several seeds per n for that")
-
     curve = Curve(
         L=fit.L, k=fit.k, log10_C0=fit.log10_C0, b=fit.b,
         compute_unit=frontier.compute_unit, metric=frontier.metric,
