@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import time
 
@@ -145,3 +147,23 @@ def test_an_error_in_a_process_that_starts_ray_shuts_ray_down_before_the_excepti
 
 def test_main_command_is_the_recipe_entry_point():
     assert launch.main_command("cpu_demo", ["a=1"], "py") == ["py", "-m", "verl_isocompute.main", "--config-name", "cpu_demo", "a=1"]
+
+
+def test_shutting_ray_down_leaves_no_descendant_alive():
+    """Ray's workers retitle themselves (``ray::WorkerDict``), so the session's name no longer finds them; after
+    Ray's shutdown every descendant of the process is gone before it goes on to say "stopped" (CI once found a
+    killed worker still alive 2 s after the command had exited). In a process of its own: it kills descendants."""
+    pytest.importorskip("ray")
+    code = (
+        "import subprocess, sys, psutil, ray\n"
+        "from verl_isocompute.workflow import launch\n"
+        "ray.shutdown = lambda: None  # a worker that outlives Ray's own shutdown, as on a loaded machine\n"
+        "launch.KILL_WAIT_S = 3.0\n"
+        "worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        "launch.shutdown_ray()\n"
+        "gone = worker.poll() is not None or not psutil.pid_exists(worker.pid)\n"
+        "worker.kill()\n"
+        "print('gone' if gone else 'alive')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "gone", out.stderr[-2000:]

@@ -156,14 +156,19 @@ def shutting_down_ray_on_error() -> Iterator[SignalLatch]:
 
 def shutdown_ray() -> None:
     """Stop the Ray instance this process started (``ray.shutdown``), then any of its processes still alive."""
+    import psutil
     import ray
 
     # a second signal while Ray shuts down must not cut the shutdown short
     with deferred_signals():
+        # Ray's workers retitle themselves (``ray::WorkerDict``): their command lines no longer name the session,
+        # so they are found as this process's descendants, taken before Ray's shutdown re-parents them
+        family = psutil.Process().children(recursive=True)
         try:
             ray.shutdown()
         finally:
-            _kill(ray_session_processes(os.getpid()))
+            _, alive = psutil.wait_procs(family, timeout=KILL_WAIT_S / 3)  # Ray ends them itself; a loaded machine lags
+            _kill(alive + ray_session_processes(os.getpid()))
 
 
 def main_command(recipe: str, overrides: list[str] | tuple[str, ...], python: str = sys.executable) -> list[str]:
@@ -219,14 +224,22 @@ def stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
     _kill(ray_session_processes(proc.pid))
 
 
+KILL_WAIT_S = 30.0  # a killed worker holding GBs can take seconds to go on a loaded machine
+
+
 def _kill(processes) -> None:
+    """SIGKILL ``processes`` and wait until they are gone (up to KILL_WAIT_S), so that a caller that then says
+    "stopped" is right: CI saw a killed ray::WorkerDict still alive 2 s after the command had exited."""
     import psutil
 
+    killed = []
     for p in processes:
         try:
             p.kill()
+            killed.append(p)
         except psutil.NoSuchProcess:
             pass
+    psutil.wait_procs(killed, timeout=KILL_WAIT_S)
 
 
 def ray_session_processes(driver_pid: int) -> list:
