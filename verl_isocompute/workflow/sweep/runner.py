@@ -255,14 +255,16 @@ class Sweep:
                     record = self.state.cells[cell.id]
                     if record["status"] in (FINISHED, SKIPPED, STOPPED):
                         continue
-                    if max(logged_steps(self.run_dir(cell)), default=0) >= cell.steps:
+                    seen = max(logged_steps(self.run_dir(cell)), default=0)  # what the decision saw
+                    if seen >= cell.steps:
                         continue  # its last step is logged: nothing left to save, let it finish
                     if cell.id in running:
                         self.executor.stop(running.pop(cell.id)[1])
                     elif cell in queue:
                         queue.remove(cell)
+                    # last_step: what is on disk once it stopped (a step may end while it is being stopped)
                     record.update({"status": STOPPED, "finished": time.time(), "reason": f"early stop at {fraction:.0%}: {d.reason}",
-                                   "last_step": max(logged_steps(self.run_dir(cell)), default=0)})
+                                   "decided_at_step": seen, "last_step": max(logged_steps(self.run_dir(cell)), default=0)})
                     self.echo(f"[sweep] {cell.id}: stopped at step {record['last_step']} of {cell.steps}")
             self.state.save()
 
