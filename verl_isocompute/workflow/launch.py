@@ -31,6 +31,7 @@ from pathlib import Path
 
 # How long a stopped run gets to exit on SIGTERM before its processes are killed.
 STOP_GRACE_S = 20.0
+KILL_WAIT_S = 30.0  # a killed worker holding GBs can take seconds to go on a loaded machine
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 RAY_FAILURE_HANDLER_ENV = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
 
@@ -222,9 +223,6 @@ def stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
         pass
     proc.wait()
     _kill(ray_session_processes(proc.pid))
-
-
-KILL_WAIT_S = 30.0  # a killed worker holding GBs can take seconds to go on a loaded machine
 
 
 def _kill(processes) -> None:
