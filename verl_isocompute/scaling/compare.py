@@ -115,7 +115,8 @@ def compare_at(
     :func:`~verl_isocompute.scaling.bootstrap.bootstrap_curves`), the comparison is redone on every resample
     (:func:`~verl_isocompute.scaling.compare_spread.resampled`): ``reward_low`` / ``reward_high`` a 95% t interval
     (``compare_spread.t_interval``; NaN with one run), ``multiplier_low`` / ``multiplier_high`` 95%
-    percentile intervals (inf: on some resamples this n does not reach R* within its fitted range),
+    intervals from the resamples' percentiles, expanded for few seeds (``compare_spread.expanded_percentiles``;
+    inf: on some resamples this n does not reach R* within its fitted range),
     ``best_share`` the share of resamples in which this n gives R*, ``resamples`` how many were used; NaN (0)
     without a bootstrap.
     """
@@ -253,8 +254,8 @@ def _format_spread(table: pd.DataFrame, metric: str, compute_unit: str, chosen_n
             lines.append(f"  {row['n']:>6}  {reward:>26}  {multiplier:>34}  {row['best_share']:>6.0%}{mark}")
     used = int(table["resamples"].max())
     lines.append(f"[95%]: reward: t interval on seeds - 1 df, SE from {used} bootstrap resamples of each n's runs (seeds; "
-                 "`isocompute fit --bootstrap`); multiplier: their percentiles; n* in: the share of resamples in which "
-                 "that n gives R* (not a probability that it is n*)")
+                 "`isocompute fit --bootstrap`); multiplier: their percentiles, expanded for few seeds; n* in: the share "
+                 "of resamples in which that n gives R* (not a probability that it is n*)")
     return "\n".join(lines)
 
 
@@ -287,9 +288,10 @@ def to_json(table: pd.DataFrame, metric: str, compute_unit: str) -> dict[str, An
         "reference": "R* = the best fitted per-n curve covering C (the compute-optimal n at C); multiplier = C_n(R*) / C",
         **({"intervals": "reward_low/high: 95% t interval on (runs of that n) - 1 df around the fitted reward, its SE "
                          "from `resamples` bootstrap resamples of each n's runs (seeds); multiplier_low/high: 95% "
-                         "percentiles of those resamples, the comparison redone on each (multiplier_high null: past "
-                         "the fitted range on some); best_share: the share of them in which that n gives R* (a "
-                         "resampling share, not the probability that n is n*)"}
+                         "percentiles of those resamples expanded for few seeds (Hesterberg 2015), the comparison "
+                         "redone on each (multiplier_high null: past the fitted range on some); best_share: the "
+                         "share of them in which that n gives R* (a resampling share, not the probability that n is "
+                         "n*)"}
            if "resamples" in table and (table["resamples"] > 0).any() else {}),
         "budgets": budgets,
     }
