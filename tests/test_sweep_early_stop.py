@@ -126,3 +126,32 @@ def test_a_rerun_keeps_the_stopped_runs_stopped_and_the_fit_reads_their_logged_s
     assert any(line.startswith("[sweep] b8_n2-s0: stopped: early stop at") for line in lines)
     fitted = {p.name for p in sweep.finished_run_dirs()}
     assert {"b8_n2-s0", "b8_n8-s0"} <= fitted  # the stopped run as the truncated run it is
+
+
+class LaggingExecutor(ReplayExecutor):
+    """n = 2's cells log every step on their first poll and then stay running (as verl does while it validates and
+    saves the last checkpoint after logging the last step); n = 8's progress as in :class:`ReplayExecutor`."""
+
+    def poll(self, handle):
+        cell, done, rng = self.logged[handle.run_dir]
+        if cell.n != 2:
+            return super().poll(handle)
+        if done == 0:
+            self.logged[handle.run_dir] = (cell, cell.steps - cell.steps // 40, rng)
+            super().poll(handle)  # the last slice: every step logged
+        finished = all(d >= c.steps for c, d, _ in self.logged.values() if c.n == 8) and len(self.logged) == 6
+        return Outcome(ok=True, returncode=0) if finished else None
+
+
+def test_a_run_whose_last_step_is_logged_is_let_finish_though_its_n_is_beaten(tmp_path):
+    """The check finds n = 2 beaten while its runs have logged their last step and are still finishing: nothing is
+    left to save, so they finish (not stopped, never killed), and the decision is on record."""
+    plan = _plan(tmp_path)
+    executor = LaggingExecutor()
+    sweep = Sweep(plan, executor, progress=False, poll_s=0.0, echo=lambda line: None)
+    sweep.run()
+    decisions = sweep.state.data["early_stop"]["decisions"]
+    assert any(s["n"] == 2 for d in decisions for s in d["stopped"]), decisions  # the check did find n = 2 beaten
+    assert {sweep.state.cells[f"b8_n2-s{s}"]["status"] for s in range(3)} == {FINISHED}
+    assert {sweep.state.cells[f"b8_n8-s{s}"]["status"] for s in range(3)} == {FINISHED}
+    assert executor.stopped == []
