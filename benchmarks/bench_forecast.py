@@ -15,18 +15,19 @@ Two suites:
   whose coverage is given with its Clopper-Pearson 95 % interval (a handful of runs: a wide one).
 
 ``--replay`` replays the sequential pilot (checks at 20, 40 and 60 % of the budget, level 0.9 shared over them: the
-plan's default)
-as if the sweep had run that way, every run progressing in step: on the committed n* sweep, and on synthetic
-sweeps with a clear winner and with a late crossing. Per replay: the rollouts it spends (a stopped group's runs
-stop at the check), and whether it picks the same n at the budget as the full sweep, the n whose runs show the
-highest mean target there among the groups it kept (the full sweep: among all).
+plan's default) as if the sweep had run that way, every run progressing in step: on the committed n* sweep, on
+synthetic sweeps with a clear winner and with a late crossing, and on held-out random sweeps of the tuning suite's
+kind (a stop of the group with the best mean target at the budget there is a wrong stop). Per replay: the
+rollouts it spends (a stopped group's runs stop at the check), and whether it picks the same n at the budget as
+the full sweep, the n whose runs show the highest mean target there among the groups it kept (the full sweep:
+among all).
 
 ``--tune`` re-derives the interval's calibration table from the tuning seeds and writes it into the package.
 
     python benchmarks/bench_forecast.py            # 400 synthetic sweeps, ~1 min
     python benchmarks/bench_forecast.py --full     # 2000 synthetic sweeps
-    python benchmarks/bench_forecast.py --replay   # the sequential pilot replayed, ~1 min
-    python benchmarks/bench_forecast.py --tune     # rewrite verl_isocompute/scaling/forecast_calibration.json
+    python benchmarks/bench_forecast.py --replay   # the sequential pilot replayed, 100 per row, ~1 min (--sweeps N)
+    python benchmarks/bench_forecast.py --tune     # rewrite verl_isocompute/scaling/forecast_calibration.json, ~3 min
 """
 
 from __future__ import annotations
@@ -158,25 +159,28 @@ def replay_report(count: int) -> list[str]:
     logs = load_runs([ROOT / "tests/fixtures/nstar_cpu/cells"])
     nstar, _ = validation_points(logs, "train/reward", "rollouts")
     suites = [("n* sweep (committed, train/reward, C = 1024)", [replay(nstar, 1024.0, "train/reward")])]
+    seeds = range(HELD_OUT, HELD_OUT + count)
     for name, curves in (("clear winner (synthetic)", CLEAR_WINNER), ("late crossing (synthetic)", LATE_CROSSING)):
-        suites.append((name, [replay(curve_sweep(curves, seed), 4096.0, "train/reward")
-                              for seed in range(HELD_OUT, HELD_OUT + count)]))
+        suites.append((name, [replay(curve_sweep(curves, seed), 4096.0, "train/reward") for seed in seeds]))
+    suites.append(("random suite sweeps (synthetic, held out)",
+                   [replay(suite_sweep(seed), 4096.0, "train/reward") for seed in seeds]))
     lines = [f"Sequential pilot replayed: checks at {', '.join(f'{c:.0%}' for c in CHECKS)} of the budget, "
              f"level {LEVEL} ({CHECK_LEVEL:.3f} at each check)\n",
              "| sweep | replays | rollouts full / sequential | same n at the budget | replays with an n stopped | "
-             "the full sweep's pick stopped |", "|" + "---|" * 6]
+             "the full sweep's pick stopped (wrong stops) |", "|" + "---|" * 6]
     for name, results in suites:
         ratio = sum(r["full"] for r in results) / sum(r["sequential"] for r in results)
         same = np.mean([r["pick"] == r["full_pick"] for r in results])
         stopped = sum(bool(r["stopped"]) for r in results)
         lost = sum(r["full_pick"] in r["stopped"] for r in results)
-        lines.append(f"| {name} | {len(results)} | {ratio:.2f} | {same:.0%} | {stopped} | {lost} |")
+        lines.append(f"| {name} | {len(results)} | {ratio:.2f} | {same:.0%} | {stopped} | {lost} ({lost / len(results):.0%}) |")
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_forecast", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sweeps", type=int, default=400, help="held-out synthetic sweeps (default 400)")
+    parser.add_argument("--sweeps", type=int, default=None,
+                        help="held-out synthetic sweeps (default 400; with --replay, replays per synthetic row, default 100)")
     parser.add_argument("--full", action="store_true", help="2000 synthetic sweeps")
     parser.add_argument("--level", type=float, default=0.8)
     parser.add_argument("--tune", action="store_true", help="rewrite the calibration table from the tuning seeds")
@@ -187,12 +191,12 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(json.dumps(calibration_table(standardized_errors(range(TUNING_SEEDS)))) + "\n")
         print(f"wrote {path.relative_to(ROOT)} from seeds 0-{TUNING_SEEDS - 1}")
         return 0
-    count = 2000 if args.full else args.sweeps
+    count = args.sweeps if args.sweeps is not None else 100 if args.replay else 2000 if args.full else 400
     if count < 1 or not 0.5 <= args.level <= 0.98:
         print("bench_forecast: error: --sweeps must be >= 1 and --level in [0.5, 0.98]", file=sys.stderr)
         return 2
     if args.replay:
-        print("\n".join(replay_report(min(count, 100))))
+        print("\n".join(replay_report(count)))
         return 0
     budget = 4096.0
     synthetic = [(suite_sweep(seed, budget), budget, "train/reward") for seed in range(HELD_OUT, HELD_OUT + count)]

@@ -125,3 +125,12 @@ def test_verl_file_logger_logs_are_forecast_too(capsys):
     made = [r for r in out["runs"] if r["low"] is not None]
     assert made and all(0.0 <= r["low"] < r["predicted"] < r["high"] <= 1.0 for r in made)
     assert all(r["why"].startswith("cannot forecast") for r in out["runs"] if r["low"] is None)
+
+
+def test_replay_of_random_sweeps_stops_some_n_and_never_the_best_at_the_budget():
+    """The replay's wrong-stop row: on held-out random suite sweeps the rule stops an n in some and never the one
+    whose mean target at the budget is the best."""
+    results = [bench_forecast.replay(suite_sweep(seed, BUDGET), BUDGET, "train/reward")
+               for seed in range(HELD_OUT, HELD_OUT + 12)]
+    assert any(r["stopped"] for r in results)
+    assert not any(r["full_pick"] in r["stopped"] for r in results)
