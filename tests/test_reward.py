@@ -1,5 +1,6 @@
 """Math reward (verl_isocompute.rules.reward): answer extraction, math-verify verdicts, threads and the time bound."""
 
+import logging
 import os
 import signal
 import subprocess
@@ -209,21 +210,20 @@ def test_pathological_answer_really_hangs_math_verify():
         subprocess.run([sys.executable, "-c", code], timeout=5, capture_output=True)
 
 
-def test_pathological_answer_scores_zero_within_the_bound_and_others_keep_working():
+def test_pathological_answer_scores_zero_within_the_bound_and_others_keep_working(caplog):
     bound = 0.5
     reward.compute_score("math", "\\boxed{1}", "1")  # a ready worker: start-up is not part of the bound
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        start = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger=reward.logger.name), ThreadPoolExecutor(max_workers=8) as pool:
         slow = pool.submit(reward.compute_score, "math", PATHOLOGICAL, "1", timeout_seconds=bound)
         time.sleep(0.2)
         normal = [pool.submit(reward.compute_score, "math", s, g) for s, g, _ in PAIRS[:8]]
         assert [f.result(timeout=30)["acc"] for f in normal] == [c for _, _, c in PAIRS[:8]]
-        out = slow.result(timeout=30)
-        elapsed = time.perf_counter() - start
+        out = slow.result(timeout=30)  # a hang would end in result()'s TimeoutError
     assert verdict(out) == {"score": 0.0, "acc": False, "pred": PATHOLOGICAL[len("\\boxed{") : -1]}
-    # a hang would end in result()'s TimeoutError; ending before the default bound shows the given one was applied
-    # (a wide margin: on a loaded 2-core machine killing and replacing the worker took up to 2.3 s)
-    assert elapsed < reward.TIMEOUT_SECONDS
+    # the given bound, not the default, ended the wait (read from the warning, not a clock: a loaded machine's
+    # kill-and-replace took seconds, which a timed assertion mistook for the default bound)
+    gave_up = [r.getMessage() for r in caplog.records if "gave no verdict" in r.getMessage()]
+    assert len(gave_up) == 1 and f"within {bound:.1f} s" in gave_up[0], gave_up
     assert reward.compute_score("math", "\\boxed{6}", "6")["acc"]  # the killed worker was replaced
 
 
