@@ -139,3 +139,18 @@ def test_the_fit_reads_a_rise_as_often_as_a_direct_test_on_the_same_data_can_see
     assert rising["moving"] >= rising["direct"], rising
     clear = reads(next(c for c in CASES if c.name == "clear rise"), 10, bootstrap=60, seed=4)
     assert clear["moving"] >= 9 and clear["direct"] >= 8, clear
+
+
+def test_a_rising_n_star_reaches_the_larger_n_at_the_top_of_the_range():
+    """Issue 43: n = 8's last training point sits at 960 of 1,024 rollouts and n = 2's at 1,008; the n* grid ran to
+    1,008, gave n = 2 the C only its runs reached, and the smoothed envelope and the sigmoid then topped out at
+    n* = 7.6, with a 95 % band that never held the true 8. n*(C) now stops at the last C every n reaches."""
+    seen = 0
+    for _, result, _ in _reads("clear rise", 4, seed=2):
+        if result.flat is not None:
+            continue
+        seen += 1
+        assert result.curve.c_range[1] == pytest.approx(960.0)
+        top = result.n_star_table([900.0]).iloc[0]
+        assert top["n_star_fit"] > 7.8 and top["n_star_low"] <= 8.0 <= top["n_star_high"] + 1e-6, top.to_dict()
+    assert seen >= 3

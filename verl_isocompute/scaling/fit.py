@@ -297,9 +297,13 @@ def fit_frontier(
     if not fitted:
         reason = f"no group has the {MIN_POINTS} validation points at C > 0 that a curve needs"
         return result(empty_grid(), curve=None, no_curve_reason=reason)
-    grid_c = log_grid(
-        min(float(g.points["C"].min()) for g in fitted), max(float(g.points["C"].max()) for g in fitted), grid_per_decade
-    )
+    # n*(C) up to the last C every n's runs reach: past its last point an n was not run, not beaten (issue 43: n = 8
+    # ends at 960 of 1,024 rollouts, n = 2 at 1,008; giving n = 2 those C capped a rising n* at 7.6)
+    top = min(float(g.points["C"].max()) for g in fitted)
+    grid_c = log_grid(min(float(g.points["C"].min()) for g in fitted), top, grid_per_decade)
+    if longer := [g for g in fitted if float(g.points["C"].max()) > 1.25 * top]:
+        warnings.append(f"n*(C) is fitted up to C = {top:.3g}, the last C every n's runs reach; the runs of "
+                        f"{', '.join(group_label(g.key, keys) for g in longer)} go on (their curves and `compare` do)")
     table = envelope_table(fitted, curves, grid_c, keys, window)
     n_values = sorted({g.key[0] for g in groups})
     fitted_n = sorted({g.key[0] for g in fitted})
@@ -327,21 +331,17 @@ def fit_frontier(
     only, half, notes = decide(fitted, curves, curve_draws, grid_c, table)  # only resolved wins count (issue 43)
     warnings.extend(notes)
     if only is not None:
-        # One n wins at every C where the runs resolve a difference: that is an answer (n*(C) = that n over the
-        # range), not a failed fit. It is written as the flat curve L = 0, which every reader of curve.json
-        # already takes (k and C0 then change nothing); there are no sigmoid parameters to give intervals for,
-        # so the bootstrap says on how many resamples the same n wins everywhere.
+        # One n wins wherever the runs resolve a difference: an answer, not a failed fit, written as the flat curve
+        # L = 0 (k and C0 then change nothing); the bootstrap says on how many resamples that n wins everywhere.
         half = None if half is None else (grid_c, half)
         flat = bootstrap_flat(frontier, fitted, curves, free_r0, math.log2(only), settings, resampled, half)
         warnings.extend(_flat_warnings(only, fitted_n) + flat_vs_moving(flat, moving_fit=False))  # the n in the envelope: an unfitted n was not compared
         table["log2_n_star_fit"] = math.log2(only)
         table["residual"] = table["log2_n_star_smoothed"] - table["log2_n_star_fit"]
         c_range = (float(grid_c[0]), float(grid_c[-1]))
-        curve = Curve(
-            L=0.0, k=FLAT_K, log10_C0=float(np.mean(np.log10(c_range))), b=math.log2(only),
-            compute_unit=frontier.compute_unit, metric=frontier.metric, c_range=c_range,
-            n_grid=tuple(int(n) for n in n_values), provenance=flat_provenance(frontier, groups, settings, flat),
-        )
+        curve = Curve(L=0.0, k=FLAT_K, log10_C0=float(np.mean(np.log10(c_range))), b=math.log2(only),
+                      compute_unit=frontier.compute_unit, metric=frontier.metric, c_range=c_range,
+                      n_grid=tuple(int(n) for n in n_values), provenance=flat_provenance(frontier, groups, settings, flat))
         return result(table, curve=curve, rmse=0.0, bootstrap=flat, flat=flat)
 
     edges, crossings = edge_switches(fitted, curves, grid_c)
@@ -397,3 +397,4 @@ def _flat_warnings(only: int, n_values: list[int]) -> list[str]:
         return [f"n* is the smallest n run ({only}) at every C: a smaller n (down to 2, the least a group baseline "
                 "allows) may be better; add runs with smaller n"]
     return []
+
