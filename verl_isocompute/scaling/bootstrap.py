@@ -176,8 +176,8 @@ def resampled_envelopes(frontier, groups, curves, free_r0, settings, resampled=N
     has_curve = ~np.isnan(curve_params[:, :, 0])
     distinct_n = np.array([len(set(log2_n[row])) for row in has_curve])
     cover = np.where(has_curve[:, :, None], cover, np.nan)
-    # up to the last C every n's runs reach, as the full-data fit (fit.py, step 4)
-    grids = [log_grid(float(np.nanmin(c[:, 0])), float(np.nanmin(c[:, 1])), settings["grid_per_decade"])
+    top = settings.get("grid_top", np.inf)  # where the full-data grid ends (envelope.grid_top)
+    grids = [log_grid(float(np.nanmin(c[:, 0])), min(float(np.nanmax(c[:, 1])), top), settings["grid_per_decade"])
              if ok else np.array([]) for c, ok in zip(cover, distinct_n >= 2)]
     grid = np.full((resamples, max(len(g) for g in grids)), np.nan)
     for i, g in enumerate(grids):

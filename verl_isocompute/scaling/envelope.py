@@ -24,6 +24,25 @@ def log_grid(c_lo: float, c_hi: float, per_decade: int) -> np.ndarray:
     return np.logspace(math.log10(c_lo), math.log10(c_hi), num)
 
 
+def grid_top(groups) -> float:
+    """The largest C of the n*(C) grid: the last C every group's points reach when the runs were budgeted alike,
+    else the last C any reaches.
+
+    A training metric's point sits at the compute before its step (:mod:`verl_isocompute.scaling.points`), so runs
+    of one budget end one step apart: n = 8 at 960 of 1,024 rollouts, n = 2 at 1,008 (b_problem 8). Past a group's
+    last point its n was not run, not beaten; giving those C to the n whose points go on wrote n = 2 at the top and
+    capped the calibration's truly rising n* at 7.6 (issue 43). The runs count as budgeted alike when every group's
+    last point plus its own step (the spacing of its points) reaches the last point of all. Runs of unequal budgets
+    (the same steps for every n, say) keep the whole range, where the fit says which changes of n* are only where
+    an n's runs end (:func:`edge_switches`).
+    """
+    ends = {g.key: np.sort(np.unique(g.points["C"].to_numpy(dtype=float))) for g in groups}
+    last = max(c[-1] for c in ends.values())
+    step = {k: float(np.median(np.diff(c))) if len(c) > 1 else 0.0 for k, c in ends.items()}
+    alike = all(c[-1] + step[k] * (1 + 1e-9) >= last for k, c in ends.items())
+    return min(c[-1] for c in ends.values()) if alike else last
+
+
 def envelope(
     params: np.ndarray, cover: np.ndarray, log2_n: np.ndarray, grid: np.ndarray, window: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -72,7 +72,7 @@ import pandas as pd
 from verl_isocompute import _compat
 from verl_isocompute.scaling.bootstrap import bootstrap_curves, bootstrap_flat, bootstrap_sigmoid, flat_vs_moving
 from verl_isocompute.scaling.curve import Curve, sigmoid_log2_n
-from verl_isocompute.scaling.envelope import GRID_PER_DECADE, edge_switches, empty_grid, envelope_table, log_grid
+from verl_isocompute.scaling.envelope import GRID_PER_DECADE, edge_switches, empty_grid, envelope_table, grid_top, log_grid
 from verl_isocompute.scaling.errors import FitError, ScalingError
 from verl_isocompute.scaling.fit_defaults import (
     BOOTSTRAP_OVER,
@@ -297,13 +297,8 @@ def fit_frontier(
     if not fitted:
         reason = f"no group has the {MIN_POINTS} validation points at C > 0 that a curve needs"
         return result(empty_grid(), curve=None, no_curve_reason=reason)
-    # n*(C) up to the last C every n's runs reach: past its last point an n was not run, not beaten (issue 43: n = 8
-    # ends at 960 of 1,024 rollouts, n = 2 at 1,008; giving n = 2 those C capped a rising n* at 7.6)
-    top = min(float(g.points["C"].max()) for g in fitted)
-    grid_c = log_grid(min(float(g.points["C"].min()) for g in fitted), top, grid_per_decade)
-    if longer := [g for g in fitted if float(g.points["C"].max()) > 1.25 * top]:
-        warnings.append(f"n*(C) is fitted up to C = {top:.3g}, the last C every n's runs reach; the runs of "
-                        f"{', '.join(group_label(g.key, keys) for g in longer)} go on (their curves and `compare` do)")
+    settings["grid_top"] = grid_top(fitted)  # the resamples' grids end there too (bootstrap.resampled_envelopes)
+    grid_c = log_grid(min(float(g.points["C"].min()) for g in fitted), settings["grid_top"], grid_per_decade)
     table = envelope_table(fitted, curves, grid_c, keys, window)
     n_values = sorted({g.key[0] for g in groups})
     fitted_n = sorted({g.key[0] for g in fitted})
