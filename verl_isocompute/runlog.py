@@ -155,6 +155,11 @@ def logged_steps(run_dir: str | os.PathLike) -> list[int]:
     return []
 
 
+def last_logged_step(run_dir: str | os.PathLike) -> int:
+    """The last training step a run directory has logged (:func:`logged_steps`), 0 before its first."""
+    return max(logged_steps(run_dir), default=0)
+
+
 def check_row(row: dict[str, Any]) -> None:
     """A step row must carry every key of :data:`ROW_KEYS`."""
     missing = [k for k in ROW_KEYS if k not in row]

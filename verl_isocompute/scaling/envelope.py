@@ -36,7 +36,7 @@ def grid_top(groups) -> float:
     (the same steps for every n, say) keep the whole range, where the fit says which changes of n* are only where
     an n's runs end (:func:`edge_switches`).
     """
-    ends = {g.key: np.sort(np.unique(g.points["C"].to_numpy(dtype=float))) for g in groups}
+    ends = {g.key: np.unique(g.points["C"].to_numpy(dtype=float)) for g in groups}  # sorted
     last = max(c[-1] for c in ends.values())
     step = {k: float(np.median(np.diff(c))) if len(c) > 1 else 0.0 for k, c in ends.items()}
     alike = all(c[-1] + step[k] * (1 + 1e-9) >= last for k, c in ends.items())

@@ -392,4 +392,3 @@ def _flat_warnings(only: int, n_values: list[int]) -> list[str]:
         return [f"n* is the smallest n run ({only}) at every C: a smaller n (down to 2, the least a group baseline "
                 "allows) may be better; add runs with smaller n"]
     return []
-

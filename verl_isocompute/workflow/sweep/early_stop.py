@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from verl_isocompute.runlog import logged_steps
+from verl_isocompute.runlog import last_logged_step
 from verl_isocompute.workflow.sweep.grid import Cell, Plan
 from verl_isocompute.workflow.sweep.state import FINISHED, INTERRUPTED, RUNNING, STOPPED, SweepState
 
@@ -27,7 +27,7 @@ def spent(cells: list[Cell], state: SweepState, run_dir: Callable[[Cell], Path])
         if status == FINISHED:
             total += cell.rollouts_used
         elif status in (RUNNING, STOPPED, INTERRUPTED):
-            total += min(cell.steps, max(logged_steps(run_dir(cell)), default=0)) * cell.batch_rollouts
+            total += min(cell.steps, last_logged_step(run_dir(cell))) * cell.batch_rollouts
     return total
 
 
@@ -46,7 +46,7 @@ def check(plan: Plan, state: SweepState, cells: list[Cell], run_dir: Callable[[C
 
     record = state.data.setdefault("early_stop", {"checks_done": [], "decisions": []})
     record["checks_done"].append(fraction)
-    dirs = [str(run_dir(c)) for c in cells if max(logged_steps(run_dir(c)), default=0) > 0]
+    dirs = [str(run_dir(c)) for c in cells if last_logged_step(run_dir(c)) > 0]
     stop = plan.early_stop
     try:
         logs = load_runs(dirs)

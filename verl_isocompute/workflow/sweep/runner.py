@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_isocompute import _compat
-from verl_isocompute.runlog import CONSOLE_LOG, logged_steps
+from verl_isocompute.runlog import CONSOLE_LOG, last_logged_step, logged_steps
 from verl_isocompute.workflow import launch
 from verl_isocompute.workflow.launch import Interrupted
 from verl_isocompute.workflow.sweep.executors import CellHandle, Executor, Outcome
@@ -234,7 +234,7 @@ class Sweep:
                     self.executor.stop(handle)
                     record = self.state.cells[cell_id]
                     record.update({"status": INTERRUPTED, "finished": time.time(), "reason": f"stopped by {exc}"})
-                    record["last_step"] = max(logged_steps(self.run_dir(cell)), default=0)
+                    record["last_step"] = last_logged_step(self.run_dir(cell))
                 self.state.save()
                 raise
             finally:
@@ -255,7 +255,7 @@ class Sweep:
                     record = self.state.cells[cell.id]
                     if record["status"] in (FINISHED, SKIPPED, STOPPED):
                         continue
-                    seen = max(logged_steps(self.run_dir(cell)), default=0)  # what the decision saw
+                    seen = last_logged_step(self.run_dir(cell))  # what the decision saw
                     if seen >= cell.steps:
                         continue  # its last step is logged: nothing left to save, let it finish
                     if cell.id in running:
@@ -264,7 +264,7 @@ class Sweep:
                         queue.remove(cell)
                     # last_step: what is on disk once it stopped (a step may end while it is being stopped)
                     record.update({"status": STOPPED, "finished": time.time(), "reason": f"early stop at {fraction:.0%}: {d.reason}",
-                                   "decided_at_step": seen, "last_step": max(logged_steps(self.run_dir(cell)), default=0)})
+                                   "decided_at_step": seen, "last_step": last_logged_step(self.run_dir(cell))})
                     self.echo(f"[sweep] {cell.id}: stopped at step {record['last_step']} of {cell.steps}")
             self.state.save()
 
@@ -277,7 +277,7 @@ class Sweep:
             if record["status"] == FINISHED:
                 done += cell.steps
             elif cell.id in running:
-                done += min(cell.steps, max(logged_steps(self.run_dir(cell)), default=0))
+                done += min(cell.steps, last_logged_step(self.run_dir(cell)))
         counts = self.counts()
         view = (done, tuple(running), counts.get(FINISHED, 0), counts.get(FAILED, 0))
         if view == getattr(bar, "_isocompute_view", None):
@@ -294,7 +294,7 @@ class Sweep:
         """The runs the fit reads: finished ones, and the logged part of those the early stop stopped."""
         return [self.run_dir(c) for c in self.plan.runnable()
                 if self.state.cells[c.id]["status"] == FINISHED
-                or (self.state.cells[c.id]["status"] == STOPPED and max(logged_steps(self.run_dir(c)), default=0) > 0)]
+                or (self.state.cells[c.id]["status"] == STOPPED and last_logged_step(self.run_dir(c)) > 0)]
 
     def summary(self) -> dict[str, Any]:
         return {"sweep_dir": str(self.dir), "counts": self.counts(),
