@@ -58,7 +58,7 @@ REAL = [
     ("pilot (3 runs)", ["tests/fixtures/real_pilot/cells"], "val/avg@2"),
     ("learning run", ["docs/evidence/learning/runs"], "train/reward"),
 ]
-TUNING_SEEDS = 1000
+TUNING_SEEDS = 2000
 
 
 def baselines(part: pd.DataFrame, at: float) -> tuple[float, float]:

@@ -51,6 +51,8 @@ def suite_sweep(seed: int, budget: float = 4096.0, runs_per_n: int = 3, n_values
 
 FRACTIONS = (0.1, 0.2, 0.3, 0.5)  # of the budget's compute logged when the backtest forecasts
 H_EDGES = [0.0, 0.9, 1.4, 2.0]  # horizon bins ln(C / logged C): ~50 %, 30 %, 20 %, <= 13 % logged
+T_EDGES = [0.0, 3.0, 6.0]  # bins of the group's slope over its standard error: barely, clearly, steeply rising
+MIN_CELL = 100  # fewer tuning errors than this in a cell: it takes the errors of every t bin up to its own
 PERCENT = [1, 2, 2.5, 5, 7.5, 10, 15, 20, 25, 30, 40, 50, 60, 70, 75, 80, 85, 90, 92.5, 95, 97.5, 98, 99]
 
 
@@ -60,7 +62,7 @@ def truncated(sweep: pd.DataFrame, upto: float) -> pd.DataFrame:
 
 
 def standardized_errors(seeds: range, budget: float = 4096.0) -> pd.DataFrame:
-    """(kind, h, z) for every forecast of the sweeps ``seeds`` at every fraction, z = (truth - predicted) / sd.
+    """(kind, h, t, z) for every forecast of the sweeps ``seeds`` at every fraction, z = (truth - predicted) / sd.
 
     The truth of a run is its logged target; of a group, the mean of its runs' (split-conformal calibration:
     these seeds' errors set the interval, other seeds' test it).
@@ -78,19 +80,33 @@ def standardized_errors(seeds: range, budget: float = 4096.0) -> pd.DataFrame:
                     if f.predicted is None or not f.sd:
                         continue
                     value = truth[f.run] if kind == "run" else float(np.mean([truth[r] for r in f.runs]))
-                    rows.append((kind, f.h, (value - f.predicted) / f.sd))
-    return pd.DataFrame(rows, columns=["kind", "h", "z"])
+                    rows.append((kind, f.h, f.t, (value - f.predicted) / f.sd))
+    return pd.DataFrame(rows, columns=["kind", "h", "t", "z"])
 
 
 def calibration_table(errors: pd.DataFrame) -> dict:
-    """Quantiles (at :data:`PERCENT`) of the standardized errors per horizon bin, for runs and for groups."""
-    table: dict = {"h_edges": H_EDGES, "percent": PERCENT}
-    bins = np.searchsorted(H_EDGES, errors["h"].to_numpy(), side="right") - 1
+    """Quantiles (at :data:`PERCENT`) of the standardized errors per cell of slope t and horizon h, for runs and
+    for groups: ``table[kind][t bin][h bin]``.
+
+    A cell with fewer than :data:`MIN_CELL` errors (steep slopes far ahead are rare: a curve rising that
+    clearly from a fifth of its points is) pools the errors of the lower t bins at its horizon, so no quantile
+    comes from a handful of points.
+    """
+    table: dict = {"t_edges": T_EDGES, "h_edges": H_EDGES, "percent": PERCENT}
+    h_bin = np.searchsorted(H_EDGES, errors["h"].to_numpy(), side="right") - 1
+    t_bin = np.clip(np.searchsorted(T_EDGES, errors["t"].to_numpy(), side="right") - 1, 0, len(T_EDGES) - 1)
     for kind in ("run", "group"):
-        table[kind] = [
-            np.percentile(errors["z"][(errors["kind"] == kind).to_numpy() & (bins == i)], PERCENT).round(4).tolist()
-            for i in range(len(H_EDGES))
-        ]
+        mine = (errors["kind"] == kind).to_numpy()
+        rows = []
+        for i in range(len(T_EDGES)):
+            row = []
+            for j in range(len(H_EDGES)):
+                cell = mine & (h_bin == j) & (t_bin == i)
+                if cell.sum() < MIN_CELL:
+                    cell = mine & (h_bin == j) & (t_bin <= i)
+                row.append(np.percentile(errors["z"][cell], PERCENT).round(4).tolist())
+            rows.append(row)
+        table[kind] = rows
     return table
 
 
