@@ -135,10 +135,16 @@ def _alias_distribution() -> None:
 
 
 def sync_reply_timeout_s() -> int:
-    """The bound on each wait of a weight sync, in seconds: ``ISOCOMPUTE_VLLM_SYNC_TIMEOUT_S`` if it is a positive
-    whole number, else :data:`SYNC_REPLY_TIMEOUT_S`."""
+    """The bound on each wait of a weight sync, in seconds: ``ISOCOMPUTE_VLLM_SYNC_TIMEOUT_S`` if set, else
+    :data:`SYNC_REPLY_TIMEOUT_S`. A value that is not a positive whole number is refused, not replaced by the
+    default: a bound the user did not ask for would end a slow run, or keep a dead one waiting."""
     value = os.environ.get(SYNC_TIMEOUT_ENV, "").strip()
-    return int(value) if value.isdigit() and int(value) > 0 else SYNC_REPLY_TIMEOUT_S
+    if not value:
+        return SYNC_REPLY_TIMEOUT_S
+    if not (value.isdigit() and int(value) > 0):
+        raise IsoComputeError(f"{SYNC_TIMEOUT_ENV}={value!r} is not a positive whole number of seconds: set it to "
+                              f"e.g. {SYNC_REPLY_TIMEOUT_S} (the default) or unset it")
+    return int(value)
 
 
 class RolloutSyncError(IsoComputeError, RuntimeError):
