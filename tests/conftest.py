@@ -75,13 +75,13 @@ def pytest_configure(config):
 # busy to the end (setup + calls per module, about, in seconds on 2 cores; only the order matters). xdist would
 # otherwise reorder the files by their number of tests, which puts the e2e files (few tests, minutes each) last:
 # pytest_configure turns that off (the same as `--no-loadscope-reorder`).
-LONGEST_FIRST = (  # seconds measured on 2 busy cores, 2026-12-02
+LONGEST_FIRST = (  # seconds measured on 2 busy cores, 2026-12-02 (early stop, calibration: 2026-12-03)
     "test_adaptive_e2e.py",             # 350: the schedule's two runs, its budget spent by evictions, per-prompt n
     "test_sweep_e2e.py",                # 340: curate, a sweep stopped and resumed on a Ray head, fit, train
     "test_recipe_e2e.py",               # 340: three runs, one killed and resumed
-    "test_vllm_cpu_e2e.py",             # 310: two runs with verl's vLLM rollout (one whose vLLM worker dies)
+    "test_early_stop_e2e.py",           # 320 (250-390): a sweep of two cells, one stopped by the sequential pilot, rerun
+    "test_vllm_cpu_e2e.py",             # 290: two runs with verl's vLLM rollout (one whose vLLM worker dies, 20 s bound)
     "test_e2e_cpu.py",                  # 240: the README's demo run, and again with a weight sync skipped
-    "test_early_stop_e2e.py",           # 200: a sweep of two cells, one stopped by the sequential pilot, rerun
     "test_stop_e2e.py",                 # 190: four commands stopped by SIGTERM
     "test_verl_unaffected.py",          # 175: verl's own CPU tests, with and without our plugin
     "test_guided_walkthrough_e2e.py",   # 135: the guided page's commands as written
@@ -91,6 +91,7 @@ LONGEST_FIRST = (  # seconds measured on 2 busy cores, 2026-12-02
     "test_guided_e2e.py",               # 85
     "test_user_config_e2e.py",          # 80: verl's ppo_trainer with the user's CPU sizes
     "test_resolved_configs.py",         # 65: 50 launches resolved in process
+    "test_calibration.py",              # 50: known-truth sweeps fitted and bootstrapped, in process
     "test_traces_e2e.py",               # 40
     "test_prefix_search_e2e.py",        # 35
 )

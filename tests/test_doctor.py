@@ -20,14 +20,29 @@ sys.meta_path.insert(0, _Broken())
 """
 
 
-def doctor(env_extra: dict[str, str] | None = None, tmp_path=None) -> subprocess.CompletedProcess:
+def doctor() -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_PLUGINS")}
-    env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "verl_isocompute.commands.cli", "doctor"], capture_output=True, text=True,
                           env=env, timeout=600)
 
 
-def test_healthy_install():
+def doctor_here(monkeypatch, capsys, **env: str) -> tuple[int, str]:
+    """`isocompute doctor` run in this process (its checks still start their own fresh processes, which inherit
+    ``env``): the exit status and the table. The CPU backend and reward checks, two of the four processes it starts
+    and not what the tests calling this are about, pass without running; test_healthy_install runs them all."""
+    from verl_isocompute.commands import doctor as checks
+    from verl_isocompute.commands.cli import main
+
+    for name in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_PLUGINS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(checks, "check_cpu_backend", lambda: checks.Check("CPU backend", True, "not run here"))
+    monkeypatch.setattr(checks, "check_reward_thread", lambda: checks.Check("reward off the main thread", True, "not run here"))
+    return main(["doctor"]), capsys.readouterr().out
+
+
+def test_healthy_install():  # the command as a user runs it, in a process of its own
     proc = doctor()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
@@ -35,18 +50,18 @@ def test_healthy_install():
     assert "7 registrations visible" in proc.stdout and "collectives=gloo" in proc.stdout
 
 
-def test_plugin_disabled_names_the_variable():
-    proc = doctor({"VERL_USE_EXTERNAL_PLUGINS": "none"})
-    assert proc.returncode == 1
-    assert "VERL_USE_EXTERNAL_PLUGINS=none keeps verl from loading this plugin" in proc.stdout
-    assert "fix: unset VERL_USE_EXTERNAL_PLUGINS" in proc.stdout
+def test_plugin_disabled_names_the_variable(monkeypatch, capsys):
+    rc, out = doctor_here(monkeypatch, capsys, VERL_USE_EXTERNAL_PLUGINS="none")
+    assert rc == 1
+    assert "VERL_USE_EXTERNAL_PLUGINS=none keeps verl from loading this plugin" in out
+    assert "fix: unset VERL_USE_EXTERNAL_PLUGINS" in out
 
 
-def test_broken_plugin_import_is_surfaced(tmp_path):
-    (tmp_path / "sitecustomize.py").write_text(BREAK_TRAINER)
-    proc = doctor({"PYTHONPATH": str(tmp_path)})
-    assert proc.returncode == 1
-    bad = [line for line in proc.stdout.splitlines() if line.startswith("BAD")]
+def test_broken_plugin_import_is_surfaced(tmp_path, monkeypatch, capsys):
+    (tmp_path / "sitecustomize.py").write_text(BREAK_TRAINER)  # breaks the import in the checks' processes
+    rc, out = doctor_here(monkeypatch, capsys, PYTHONPATH=str(tmp_path))
+    assert rc == 1
+    bad = [line for line in out.splitlines() if line.startswith("BAD")]
     assert bad and "trainer isocompute" in bad[0]  # what is missing ...
     assert "simulated: a dependency of verl_isocompute.training.trainer is missing" in bad[0]  # ... and why
-    assert "fix: reinstall" in proc.stdout
+    assert "fix: reinstall" in out

