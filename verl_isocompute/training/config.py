@@ -85,8 +85,12 @@ def check_platform(cfg: DictConfig) -> None:
         return
     rollout = select(cfg, "actor_rollout_ref.rollout.name")
     if rollout == VLLM_ROLLOUT:
-        from verl_isocompute.cpu.vllm_cpu import vllm_problem
+        from verl_isocompute.cpu.vllm_cpu import sync_reply_timeout_s, vllm_problem
 
+        try:  # a bad setting stops the launch here, not in a rollout worker after Ray started
+            sync_reply_timeout_s()
+        except IsoComputeError as exc:
+            raise RecipeError(str(exc)) from None
         problem = vllm_problem()
         if problem:
             raise RecipeError(f"actor_rollout_ref.rollout.name=vllm on the CPU platform (VERL_PLATFORM=cpu / "
