@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -202,6 +203,17 @@ def test_the_header_carries_step_ones_n_and_lr_under_the_schedule_and_the_config
     fixed.total_training_steps = 3
     header = fixed._header()
     assert (header["n"], header["lr"]) == (4, fixed.config.actor_rollout_ref.actor.optim.lr) and "schedule" not in header
+
+
+def test_the_header_names_the_cpu_the_run_ran_on(curve_file):
+    """The run log says on what machine its numbers were made: torch's vector ISA and the CPU's model name."""
+    from verl_isocompute.cpu.dtype import cpu_model
+
+    trainer = _scheduled_trainer(curve_file)
+    trainer.total_training_steps = 3
+    header = trainer._header()
+    assert header["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert header["cpu_model"] == cpu_model() and (cpu_model() is None or cpu_model() in Path("/proc/cpuinfo").read_text())
 
 
 def test_the_workers_peak_lr_moves_the_rate_and_keeps_the_warm_up_in_updates():

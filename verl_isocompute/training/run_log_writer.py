@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from omegaconf import OmegaConf
 
+from verl_isocompute.cpu.dtype import cpu_capability, cpu_model
 from verl_isocompute.training import guided_mixture
 from verl_isocompute.guided.metrics import GUIDED_METRICS, mixture_counts
 from verl_isocompute.runlog import GUIDANCE_SPEND, GUIDED_MIXTURE, metric_key
@@ -88,6 +89,9 @@ class RunLogWriterMixin:
             **adaptive_header(self.adaptive),  # the n schedule / per-prompt n settings, when on
             "total_training_steps": self.total_training_steps,
             "started_at": self.started_at,
+            # the machine: a run's numbers depend on the vector ISA torch dispatches to (docs/EVIDENCE.md reports it)
+            "cpu_capability": cpu_capability(),
+            "cpu_model": cpu_model(),
             "verl_version": version("verl"),
             "isocompute_version": version("verl-isocompute"),
         }
