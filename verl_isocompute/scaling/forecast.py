@@ -28,7 +28,7 @@ The method, a damped straight line in ln C (the fit's axis, arXiv 2603.12151 sec
    slope t = b / se(b) (split-conformal calibration by cell, "Mondrian",
    :func:`~verl_isocompute.scaling.forecast_suite.calibration_table`): the errors of a bent curve are skewed
    (a run before its midpoint overshoots any line), which a Student-t would not cover, and how skewed depends
-   on how clearly the curve is rising: with one table for every t, groups with t >= 6 held 73 % of their
+   on how clearly the curve is rising: with one table for every t, groups with t >= 6 held 72.5 % of their
    80 % intervals (200 held-out sweeps) and the rest more than 80 %. The table lives in
    ``forecast_calibration.json``, rewritten by ``python benchmarks/bench_forecast.py --tune``.
 4. A run is not forecast, with one line saying why, when its logged part has fewer than MIN_POINTS points
