@@ -88,9 +88,9 @@ def calibration_table(errors: pd.DataFrame) -> dict:
     """Quantiles (at :data:`PERCENT`) of the standardized errors per cell of slope t and horizon h, for runs and
     for groups: ``table[kind][t bin][h bin]``.
 
-    A cell with fewer than :data:`MIN_CELL` errors (steep slopes far ahead are rare: a curve rising that
-    clearly from a fifth of its points is) pools the errors of the lower t bins at its horizon, so no quantile
-    comes from a handful of points.
+    A cell with fewer than :data:`MIN_CELL` errors (a steep slope seen from a small part of the budget, far
+    ahead, is rare) pools the errors of the lower t bins at its horizon, so no quantile comes from a handful of
+    points.
     """
     table: dict = {"t_edges": T_EDGES, "h_edges": H_EDGES, "percent": PERCENT}
     h_bin = np.searchsorted(H_EDGES, errors["h"].to_numpy(), side="right") - 1
