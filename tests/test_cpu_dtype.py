@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from verl_isocompute.cpu.dtype import COMPUTE_DTYPE_TARGETS, DTYPE_TARGETS, choose_dtype, cpu_flags, prepare_cpu_dtype
+from verl_isocompute.cpu.dtype import COMPUTE_DTYPE_TARGETS, DTYPE_TARGETS, choose_dtype, cpu_flags, cpu_model, prepare_cpu_dtype
 
 AVX2_EPYC = frozenset({"fpu", "sse4_2", "avx", "avx2", "fma"})  # the reference machine: no native bf16
 AVX512_BF16 = AVX2_EPYC | {"avx512f", "avx512bw", "avx512_bf16"}
@@ -47,7 +47,7 @@ def test_an_unknown_request_names_the_key_and_the_choices():
         choose_dtype("fp8", "AVX2", AVX2_EPYC)
 
 
-def test_cpu_flags_reads_x86_and_arm_cpuinfo(tmp_path):
+def test_cpu_flags_and_model_read_x86_and_arm_cpuinfo(tmp_path):
     x86 = tmp_path / "x86"
     x86.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\nflags\t: fpu\n")
     assert cpu_flags(x86) == {"fpu", "avx2", "avx512_bf16"}
@@ -55,6 +55,7 @@ def test_cpu_flags_reads_x86_and_arm_cpuinfo(tmp_path):
     arm.write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")
     assert cpu_flags(arm) == {"fp", "asimd", "bf16"}
     assert cpu_flags(tmp_path / "missing") is None
+    assert cpu_model(x86) == "AMD EPYC" and cpu_model(arm) is None and cpu_model(tmp_path / "missing") is None
 
 
 def _cfg(dtype="auto", current="${isocompute.cpu_dtype:}"):

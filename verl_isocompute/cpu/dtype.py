@@ -67,30 +67,29 @@ def choose_dtype(requested: str, capability: str, flags: frozenset[str] | set[st
     return DtypeChoice("float32", f"auto: {has}, bf16 would be emulated (27x slower than float32 on an AVX2 CPU)")
 
 
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str] | None:
-    """This CPU's flags from ``/proc/cpuinfo`` (x86 ``flags``, Arm ``Features``); None where unreadable."""
+def _cpuinfo_field(keys: tuple[str, ...], cpuinfo: Path) -> str | None:
+    """The value of the first ``/proc/cpuinfo`` line whose key is one of ``keys``; None where unreadable or absent."""
     try:
         text = cpuinfo.read_text()
     except OSError:
         return None
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return frozenset(value.split())
+        if key.strip() in keys:
+            return value
     return None
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str] | None:
+    """This CPU's flags from ``/proc/cpuinfo`` (x86 ``flags``, Arm ``Features``); None where unreadable."""
+    value = _cpuinfo_field(("flags", "Features"), cpuinfo)
+    return None if value is None else frozenset(value.split())
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     """This CPU's model name from ``/proc/cpuinfo`` (x86 ``model name``); None where unreadable or not given."""
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name":
-            return value.strip()
-    return None
+    value = _cpuinfo_field(("model name",), cpuinfo)
+    return None if value is None else value.strip()
 
 
 def cpu_capability() -> str:
