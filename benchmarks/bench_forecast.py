@@ -53,9 +53,9 @@ from verl_isocompute.scaling.run_logs import load_runs
 ROOT = Path(__file__).resolve().parent.parent
 # (name, run directories, metric): committed runs that reach their budget.
 REAL = [
-    ("n* sweep (10 runs)", ["tests/fixtures/nstar_cpu/cells"], "train/reward"),
-    ("pilot (3 runs)", ["tests/fixtures/real_pilot/cells"], "train/reward"),
-    ("pilot (3 runs)", ["tests/fixtures/real_pilot/cells"], "val/avg@2"),
+    ("n* sweep", ["tests/fixtures/nstar_cpu/cells"], "train/reward"),
+    ("pilot", ["tests/fixtures/real_pilot/cells"], "train/reward"),
+    ("pilot", ["tests/fixtures/real_pilot/cells"], "val/avg@2"),
     ("learning run", ["docs/evidence/learning/runs"], "train/reward"),
 ]
 TUNING_SEEDS = 2000
@@ -130,7 +130,8 @@ def real_sweeps() -> list[tuple[str, list[tuple[pd.DataFrame, float, str]]]]:
         logs = load_runs([ROOT / d for d in dirs])
         points, _ = validation_points(logs, metric, "rollouts")
         budget = float(logs.steps.groupby("run")["rollouts"].max().min())
-        out.append((f"{name}, {metric}, C = {budget:g}", [(points, budget, metric)]))
+        runs = logs.steps["run"].nunique()
+        out.append((f"{name} ({runs} runs), {metric}, C = {budget:g}", [(points, budget, metric)]))
     return out
 
 

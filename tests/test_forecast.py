@@ -136,7 +136,7 @@ def test_command_json_has_the_issue_keys_and_says_why_per_run(tmp_path, capsys):
     assert {"run", "n", "b_problem", "fitted_upto", "predicted", "low", "high"} <= set(out["runs"][0])
     assert {"n", "b_problem", "runs", "fitted_upto", "predicted", "low", "high"} <= set(out["groups"][0])
     n2 = [r for r in out["runs"] if r["n"] == 2]
-    assert len(n2) == 5 and all(r["low"] < r["predicted"] < r["high"] for r in n2)
+    assert len(n2) == 11 and all(r["low"] < r["predicted"] < r["high"] for r in n2)
     n8 = [r for r in out["runs"] if r["n"] == 8]
     assert all(r["low"] is None and r["why"].startswith("cannot forecast") for r in n8)
 

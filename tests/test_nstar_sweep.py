@@ -45,6 +45,29 @@ def test_the_fixture_holds_whole_seeds_of_both_arms_run_to_the_budget():
 
 
 @recorded
+def test_registration_6s_runs_trained_on_every_problem_once():
+    """Registration 6 (seeds 5-10) rests on "every training problem is seen for the first time": checked from each
+    run's ``train_problems.jsonl``, not assumed. Every step of the run log names its 8 problems with n rollouts
+    each, and no problem id comes back within a run. Seeds 0-4 ran before the file existed."""
+    import run_files
+
+    checked = 0
+    for cell in sorted((nstar_sweep.FIXTURE / "cells").iterdir()):
+        if int(cell.name.rsplit("-s", 1)[1]) < 5:
+            continue
+        log = run_files.read_log(cell)
+        n, steps = int(log.header["n"]), [r["step"] for _, r in log.rows if r["step"] > 0]
+        records = [json.loads(line) for line in (cell / "train_problems.jsonl").read_text().splitlines()]
+        assert sorted({r["step"] for r in records}) == steps, cell.name
+        assert all(r["k"] == n for r in records), cell.name
+        assert [sum(r["step"] == s for r in records) for s in steps] == [8] * len(steps), cell.name
+        problems = [r["problem"] for r in records]
+        assert len(set(problems)) == len(problems) == 8 * len(steps), f"{cell.name}: a problem repeats"
+        checked += 1
+    assert checked == 12  # seeds 5-10 of both arms: all finished and read
+
+
+@recorded
 def test_the_rule_fit_and_comparison_on_the_logs_are_what_was_recorded(tmp_path):
     expected = json.loads(nstar_sweep.EXPECTED.read_text())
     got = json.loads(json.dumps(nstar_sweep.figures(tmp_path / "fit"), default=float, allow_nan=False))
