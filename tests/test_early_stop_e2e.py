@@ -1,7 +1,8 @@
 """The sequential pilot for real (issue 44, item 3): verl on CPU with the tiny model stops a beaten arm mid-run,
 and the sweep, run again, keeps it recorded as stopped.
 
-Two cells run at once (b_problem 4, n 2 and 4, 192 rollouts each: 24 and 12 steps). Checks every 5 % of the
+Two cells, one after the other (the local executor runs one at a time; b_problem 4, n 2 then 4, 192 rollouts
+each: 24 and 12 steps), so n = 2 has finished when n = 4 starts. Checks every 5 % of the
 sweep's rollouts from 50 % on forecast each arm at the budget from its logged steps (the first checks may find
 too few steps of n = 4 to forecast it: it is then kept). The metric is the logged ``epoch``
 (step x b_problem / training problems = C / (n x problems)), which rises with compute at a rate set by n, so
