@@ -79,12 +79,12 @@ LONGEST_FIRST = (  # seconds measured on 2 busy cores, 2026-12-02 (early stop, c
     "test_adaptive_e2e.py",             # 350: the schedule's two runs, its budget spent by evictions, per-prompt n
     "test_sweep_e2e.py",                # 340: curate, a sweep stopped and resumed on a Ray head, fit, train
     "test_recipe_e2e.py",               # 340: three runs, one killed and resumed
-    "test_early_stop_e2e.py",           # 320 (250-390): a sweep of two cells, one stopped by the sequential pilot, rerun
     "test_vllm_cpu_e2e.py",             # 290: two runs with verl's vLLM rollout (one whose vLLM worker dies, 20 s bound)
     "test_e2e_cpu.py",                  # 240: the README's demo run, and again with a weight sync skipped
     "test_stop_e2e.py",                 # 190: four commands stopped by SIGTERM
     "test_verl_unaffected.py",          # 175: verl's own CPU tests, with and without our plugin
     "test_guided_walkthrough_e2e.py",   # 135: the guided page's commands as written
+    "test_early_stop_e2e.py",           # 120: one cell (n = 2 given finished) stopped by the sequential pilot, rerun
     "test_stock_e2e.py",                # 115: two runs through verl's own main_ppo
     "test_plugin_on_import.py",         # 90: fresh processes importing one module first
     "test_doctor.py",                   # 85: the doctor's fresh processes
