@@ -9,8 +9,9 @@ runs for real. Checks every 5 % of the sweep's rollouts from 50 % on forecast ea
 logged steps (the first checks may find too few steps of n = 4 to forecast it: it is then kept). The metric is
 the logged ``epoch`` (step x b_problem / training problems = C / (n x problems)), which rises with compute at a
 rate set by n and not by what the model learns, so the committed log is what a run of the n = 2 cell logs and
-the outcome is known in advance: n = 4 ends at half of n = 2's, and a check stops it. Whether the forecast is right on real rewards is the backtest's question
-(benchmarks/bench_forecast.py); this test is about the sweep: a real cell stopped, recorded, kept on a rerun.
+the outcome is known in advance: n = 4 ends at half of n = 2's, and a check stops it. Whether the forecast is
+right on real rewards is the backtest's question (benchmarks/bench_forecast.py); this test is about the sweep: a
+real cell stopped, recorded, kept on a rerun.
 """
 
 from __future__ import annotations

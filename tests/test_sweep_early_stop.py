@@ -2,7 +2,7 @@
 
 The runner is driven by an executor that replays known-truth training curves into each cell's run log, a few
 steps per poll, as a running verl job appends its steps (the Executor protocol: a place to run cells). Real verl
-on CPU runs the same path in test_sweep_e2e.py's early-stop test.
+on CPU runs the same path in test_early_stop_e2e.py.
 """
 
 from __future__ import annotations
