@@ -27,9 +27,11 @@ REGISTRIES = """
 """
 
 
-def _python(*parts: str) -> subprocess.CompletedProcess:
+def _python(*parts: str, platform: str | None = None) -> subprocess.CompletedProcess:
     code = "\n".join(textwrap.dedent(part) for part in parts)
     env = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_PLUGINS")}
+    if platform:
+        env["VERL_PLATFORM"] = platform
     return subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True,
                           env=env, timeout=300)
 
@@ -43,6 +45,35 @@ def test_a_training_worker_does_not_import_verls_trainer_and_a_lookup_still_find
         assert not loaded, loaded
         assert "verl_isocompute.training.advantage" in sys.modules  # the worker imported core_algos: estimators are in
     """, REGISTRIES)
+    assert proc.returncode == 0 and "registered" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_a_cpu_process_that_neither_rolls_out_nor_trains_imports_neither_for_us_and_the_cpu_pieces_come_with_them():
+    """Under VERL_PLATFORM=cpu, ``import verl`` loads the plugin in every process of a run, the driver's and the
+    reward loop's included: the CPU rollout's registrations and the CPU engine adjustments are made when verl imports
+    the modules they go into (importing those was ~3.7 s of CPU in each process), and are all there once it has.
+    (Fails if the plugin imports verl's rollout package or FSDP engine itself again, or a hook misses its module.)"""
+    proc = _python("""
+        import sys
+        import verl
+        eager = [m for m in ("verl.workers.rollout.base", "verl.workers.rollout.replica",
+                             "verl.workers.engine.fsdp.transformer_impl") if m in sys.modules]
+        assert not eager, eager
+        from verl.workers.rollout import base
+        from verl.workers.rollout.replica import RolloutReplicaRegistry
+        from verl.utils.distributed import initialize_global_process_group_ray
+        from verl.workers.engine.base import EngineRegistry
+        from verl.workers.engine.fsdp import transformer_impl
+        from verl_isocompute.cpu import ADAPTER_PATH
+        from verl_isocompute.rules.names import PLATFORM_NAME, ROLLOUT_NAME
+        assert base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] == ADAPTER_PATH
+        assert RolloutReplicaRegistry.get(ROLLOUT_NAME).__name__ == "HFReplica"
+        assert initialize_global_process_group_ray.__code__.co_name == "init_process_group_cpu"
+        engines = EngineRegistry._engines["language_model"]["fsdp2"]
+        assert engines[PLATFORM_NAME] is engines["cuda"]
+        assert transformer_impl.CPUOffloadPolicy(pin_memory=True).pin_memory is False  # as verl calls it
+        print("registered")
+    """, platform="cpu")
     assert proc.returncode == 0 and "registered" in proc.stdout, proc.stderr[-3000:]
 
 

@@ -43,19 +43,37 @@ def cpu_selected() -> bool:
 
 
 def register() -> None:
-    """Register the ``cpu`` platform and the ``hf`` rollout with verl (idempotent)."""
+    """Register the ``cpu`` platform and the ``hf`` rollout with verl (idempotent).
+
+    The platform at once (verl resolves it while importing its trainer modules); the rollout when verl imports
+    the registries that hold rollouts (a post-import hook), so a verl process that never builds a rollout (the
+    driver) does not import verl's rollout package for it.
+    """
+    import wrapt
     from verl.plugin.platform import PlatformRegistry
-    from verl.workers.rollout import base as rollout_base
-    from verl.workers.rollout.replica import RolloutReplicaRegistry
 
     from .platform import PlatformCPU
 
     if PlatformRegistry.get(PLATFORM_NAME) is not PlatformCPU:
         PlatformRegistry.register(platform=PLATFORM_NAME)(PlatformCPU)
-    RolloutReplicaRegistry._registry[ROLLOUT_NAME] = _load_hf_replica
-    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = ADAPTER_PATH
+    for module, hook in _REGISTRY_HOOKS.items():
+        if module not in _hooked:
+            _hooked.add(module)
+            wrapt.register_post_import_hook(hook, module)
     if cpu_selected():
         apply_cpu_runtime()
+
+
+def _register_replica(replica_module) -> None:
+    replica_module.RolloutReplicaRegistry._registry[ROLLOUT_NAME] = _load_hf_replica
+
+
+def _register_adapter(base_module) -> None:
+    base_module._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = ADAPTER_PATH
+
+
+_REGISTRY_HOOKS = {"verl.workers.rollout.replica": _register_replica, "verl.workers.rollout.base": _register_adapter}
+_hooked: set[str] = set()
 
 
 def apply_cpu_runtime() -> None:
@@ -82,8 +100,22 @@ def apply_cpu_runtime() -> None:
     tq_common = sys.modules.get("transfer_queue.utils.common")
     if tq_common is not None:
         tq_common.DEFAULT_TORCH_NUM_THREADS = cpu_threads()
-    import verl.utils.distributed as distributed
+    import wrapt
 
+    # Each adjustment is made when verl imports the module it adjusts (at once if it is imported already), so a
+    # process that never trains (the driver, the reward loop's, the request router's) does not import verl's
+    # FSDP engine for it. A post-import hook runs before the importing module gets the name, so every
+    # `from verl.utils.distributed import initialize_global_process_group_ray` sees the wrapped function.
+    wrapt.register_post_import_hook(_gloo_process_group, "verl.utils.distributed")
+    wrapt.register_post_import_hook(_cpu_engines, "verl.workers.engine.fsdp.transformer_impl")
+    apply_vllm_cpu_runtime()
+    removing_at_exit()
+    record_shared_memory()
+    _runtime_applied = True
+
+
+def _gloo_process_group(distributed) -> None:
+    """1: on CPU the process group uses ``gloo`` alone."""
     original_init = distributed.initialize_global_process_group_ray
 
     @functools.wraps(original_init)
@@ -91,13 +123,15 @@ def apply_cpu_runtime() -> None:
         return original_init(timeout_second=timeout_second, backend=backend or "gloo")
 
     distributed.initialize_global_process_group_ray = init_process_group_cpu
-    workers = sys.modules.get("verl.workers.engine_workers")
+    workers = sys.modules.get("verl.workers.engine_workers")  # imported before the hook could run
     if workers is not None:
         workers.initialize_global_process_group_ray = init_process_group_cpu
 
+
+def _cpu_engines(transformer_impl) -> None:
+    """2 and 3: the FSDP engines serve ``cpu``; the reference's offload policy is unpinned."""
     from torch.distributed.fsdp import CPUOffloadPolicy
     from verl.workers.engine.base import EngineRegistry
-    from verl.workers.engine.fsdp import transformer_impl
 
     for model_type in ("language_model", "value_model"):
         for backend in ("fsdp", "fsdp2"):
@@ -110,7 +144,3 @@ def apply_cpu_runtime() -> None:
         return CPUOffloadPolicy(*args, **kwargs)
 
     transformer_impl.CPUOffloadPolicy = unpinned_offload_policy
-    apply_vllm_cpu_runtime()
-    removing_at_exit()
-    record_shared_memory()
-    _runtime_applied = True
