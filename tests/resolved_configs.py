@@ -33,9 +33,12 @@ RECIPES = ("cpu_demo", "isocompute_easy", "isocompute_hard", "isocompute_mixed",
 ALLOCATION = ("isocompute.allocation.enable=true", "isocompute.allocation.curve=paper:qwen2.5-7b-hard",
               "isocompute.allocation.budget_rollouts=2e5", "isocompute.allocation.b_problem=8")
 USER_BATCH = ("data.train_batch_size=64", "actor_rollout_ref.rollout.n=8")
-# Keys whose value is ${isocompute.cpu_dtype:} in the CPU overlay (recipes/platform/cpu.yaml).
+# Keys whose value is ${isocompute.cpu_dtype:} in the CPU overlay (recipes/platform/cpu.yaml), and verl's one key
+# that interpolates the rollout's (its distillation teacher's inference dtype): bfloat16 on a CPU with bf16
+# instructions, float32 on an AVX2 one.
 DTYPE_KEYS = tuple(f"actor_rollout_ref.{role}.fsdp_config.{leaf}" for role in ("actor", "ref")
-                   for leaf in ("dtype", "mixed_precision.param_dtype")) + ("actor_rollout_ref.rollout.dtype",)
+                   for leaf in ("dtype", "mixed_precision.param_dtype")) + (
+    "actor_rollout_ref.rollout.dtype", "distillation.teacher_models.teacher_model.inference.dtype")
 
 
 def cases() -> dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]]:

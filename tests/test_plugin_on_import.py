@@ -51,7 +51,7 @@ def test_a_training_worker_does_not_import_verls_trainer_and_a_lookup_still_find
 def test_a_cpu_process_that_neither_rolls_out_nor_trains_imports_neither_for_us_and_the_cpu_pieces_come_with_them():
     """Under VERL_PLATFORM=cpu, ``import verl`` loads the plugin in every process of a run, the driver's and the
     reward loop's included: the CPU rollout's registrations and the CPU engine adjustments are made when verl imports
-    the modules they go into (importing those was ~3.7 s of CPU in each process), and are all there once it has.
+    the modules they go into (importing those was ~4 s of CPU in each process), and are all there once it has.
     (Fails if the plugin imports verl's rollout package or FSDP engine itself again, or a hook misses its module.)"""
     proc = _python("""
         import sys

@@ -11,9 +11,9 @@ Two kinds of registration:
   path and the CPU platform (cheap: no verl trainer module is imported for them). The CPU rollout's registrations
   and, under ``VERL_PLATFORM=cpu``, the CPU adjustments of verl's FSDP engine and process group are made by
   :mod:`verl_isocompute.cpu` when verl imports the modules they go into, the same way: importing those modules
-  at once cost ~3.7 s of CPU in every process of a CPU run (``import verl``: 11.1 s against 7.45 s, medians of
-  five), the driver's, the reward loop's and the request router's included, which train nothing (and the driver
-  builds no rollout);
+  at once cost ~4 s of CPU in every process of a CPU run (``import verl`` took 1.4x the CPU of verl without the
+  plugin, now 1.0x: ``python benchmarks/bench_plugin_overhead.py --imports 5``), the driver's, the reward loop's
+  and the request router's included, which train nothing (and the driver builds no rollout);
 * when verl imports the module that holds the registry (:data:`ON_IMPORT`, through ``wrapt``'s post-import
   hooks): the estimators, the trainer and the prefix agent loop. Each of our modules in that table registers
   itself when it is imported, so the hook only imports it. Registering those at once would import verl's v1
