@@ -16,6 +16,8 @@ import functools
 import os
 import sys
 
+import wrapt
+
 # Nothing here imports verl at module level: importing verl loads our plugin, which imports this package,
 # so a verl import here would run the plugin against a half-initialised package (and verl would hide the
 # error). The platform class is imported inside register().
@@ -25,6 +27,7 @@ from verl_isocompute.cpu.vllm_cpu import apply_vllm_cpu_runtime
 from verl_isocompute.rules.names import PLATFORM_NAME, ROLLOUT_NAME
 
 ADAPTER_PATH = "verl_isocompute.cpu.hf_rollout.HFServerAdapter"
+_rollout_hooked = False
 _runtime_applied = False
 
 __all__ = ["ADAPTER_PATH", "PLATFORM_NAME", "ROLLOUT_NAME", "THREADS_ENV", "apply_cpu_runtime", "cpu_selected", "cpu_threads",
@@ -49,17 +52,17 @@ def register() -> None:
     the registries that hold rollouts (a post-import hook), so a verl process that never builds a rollout (the
     driver) does not import verl's rollout package for it.
     """
-    import wrapt
+    global _rollout_hooked
     from verl.plugin.platform import PlatformRegistry
 
     from .platform import PlatformCPU
 
     if PlatformRegistry.get(PLATFORM_NAME) is not PlatformCPU:
         PlatformRegistry.register(platform=PLATFORM_NAME)(PlatformCPU)
-    for module, hook in _REGISTRY_HOOKS.items():
-        if module not in _hooked:
-            _hooked.add(module)
-            wrapt.register_post_import_hook(hook, module)
+    if not _rollout_hooked:
+        wrapt.register_post_import_hook(_register_replica, "verl.workers.rollout.replica")
+        wrapt.register_post_import_hook(_register_adapter, "verl.workers.rollout.base")
+        _rollout_hooked = True
     if cpu_selected():
         apply_cpu_runtime()
 
@@ -70,10 +73,6 @@ def _register_replica(replica_module) -> None:
 
 def _register_adapter(base_module) -> None:
     base_module._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = ADAPTER_PATH
-
-
-_REGISTRY_HOOKS = {"verl.workers.rollout.replica": _register_replica, "verl.workers.rollout.base": _register_adapter}
-_hooked: set[str] = set()
 
 
 def apply_cpu_runtime() -> None:
@@ -100,8 +99,6 @@ def apply_cpu_runtime() -> None:
     tq_common = sys.modules.get("transfer_queue.utils.common")
     if tq_common is not None:
         tq_common.DEFAULT_TORCH_NUM_THREADS = cpu_threads()
-    import wrapt
-
     # Each adjustment is made when verl imports the module it adjusts (at once if it is imported already), so a
     # process that never trains (the driver, the reward loop's, the request router's) does not import verl's
     # FSDP engine for it. A post-import hook runs before the importing module gets the name, so every
