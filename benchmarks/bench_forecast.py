@@ -11,23 +11,26 @@ Two suites:
 
 - synthetic, known truth (:mod:`verl_isocompute.scaling.forecast_suite`): sweeps of saturating curves with
   run-to-run and binomial sampling noise, from seed ``HELD_OUT`` on, none of which tuned the intervals;
-- real: the committed runs that reach their budget (the 10-run n* sweep, the 3-run pilot, the learning run),
+- real: the committed runs that reach their budget (the n* sweep, the 3-run pilot, the learning run),
   whose coverage is given with its Clopper-Pearson 95 % interval (a handful of runs: a wide one).
 
-``--replay`` replays the sequential pilot (checks at 20, 40 and 60 % of the budget, level 0.9 shared over them: the
-plan's default) as if the sweep had run that way, every run progressing in step: on the committed n* sweep, on
-synthetic sweeps with a clear winner and with a late crossing, and on held-out random sweeps of the tuning suite's
-kind (a stop of the group with the best mean target at the budget there is a wrong stop). Per replay: the
-rollouts it spends (a stopped group's runs stop at the check), and whether it picks the same n at the budget as
-the full sweep, the n whose runs show the highest mean target there among the groups it kept (the full sweep:
-among all).
+``--replay`` replays the sequential pilot (the plan's defaults: checks every 5 % of the budget from 20 % to 60 %,
+level 0.9, at the schedule's measured per-check level, :func:`verl_isocompute.scaling.pilot.check_rule`) as if
+the sweep had run that way, every run progressing in step: on the committed n* sweep, on synthetic sweeps with a
+clear winner and with a late crossing, and on held-out random sweeps of the tuning suite's kind (a stop of the
+group with the best mean target at the budget there is a wrong stop). Per replay: the rollouts it spends (a
+stopped group's runs stop at the check), and whether it picks the same n at the budget as the full sweep, the n
+whose runs show the highest mean target there among the groups it kept (the full sweep: among all). Then, on the
+held-out random sweeps' groups, how often the per-check intervals missed the truth at some check of the
+schedule, above and below: a wrong stop needs one of the two.
 
-``--tune`` re-derives the interval's calibration table from the tuning seeds and writes it into the package.
+``--tune`` re-derives the interval's calibration table and the check schedule's measured per-check levels from the
+tuning seeds and writes them into the package.
 
     python benchmarks/bench_forecast.py            # 400 synthetic sweeps, ~1 min
     python benchmarks/bench_forecast.py --full     # 2000 synthetic sweeps
-    python benchmarks/bench_forecast.py --replay   # the sequential pilot replayed, 100 per row, ~1 min (--sweeps N)
-    python benchmarks/bench_forecast.py --tune     # rewrite verl_isocompute/scaling/forecast_calibration.json, ~3 min
+    python benchmarks/bench_forecast.py --replay   # the sequential pilot replayed, 100 per row, ~2 min (--sweeps N)
+    python benchmarks/bench_forecast.py --tune     # rewrite verl_isocompute/scaling/forecast_calibration.json, ~12 min
 """
 
 from __future__ import annotations
@@ -41,12 +44,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from verl_isocompute.scaling.forecast import CALIBRATION, forecast, is_validation_metric, target_value
+from verl_isocompute.scaling.forecast import CALIBRATION, forecast, load_calibration, is_validation_metric, target_value
 from verl_isocompute.scaling.forecast_suite import (
-    CLEAR_WINNER, FRACTIONS, HELD_OUT, LATE_CROSSING, calibration_table, curve_sweep, standardized_errors, suite_sweep,
-    truncated,
+    CLEAR_WINNER, FRACTIONS, HELD_OUT, LATE_CROSSING, calibration_table, curve_sweep, schedule_errors,
+    schedule_misses, schedule_table, standardized_errors, suite_sweep, truncated,
 )
-from verl_isocompute.scaling.pilot import check_level, stops_at
+from verl_isocompute.scaling.pilot import SCHEDULE, check_rule, stops_at
 from verl_isocompute.scaling.points import validation_points
 from verl_isocompute.scaling.run_logs import load_runs
 
@@ -135,8 +138,8 @@ def real_sweeps() -> list[tuple[str, list[tuple[pd.DataFrame, float, str]]]]:
     return out
 
 
-CHECKS, LEVEL = [0.2, 0.4, 0.6], 0.9  # the plan's defaults
-CHECK_LEVEL = check_level(LEVEL, CHECKS)
+CHECKS, LEVEL = list(SCHEDULE), 0.9  # the plan's defaults
+CHECK_LEVEL, CHECK_RULE = check_rule(LEVEL, CHECKS)
 
 
 def replay(points: pd.DataFrame, budget: float, metric: str) -> dict:
@@ -166,7 +169,7 @@ def replay_report(count: int) -> list[str]:
     suites.append(("random suite sweeps (synthetic, held out)",
                    [replay(suite_sweep(seed), 4096.0, "train/reward") for seed in seeds]))
     lines = [f"Sequential pilot replayed: checks at {', '.join(f'{c:.0%}' for c in CHECKS)} of the budget, "
-             f"level {LEVEL} ({CHECK_LEVEL:.3f} at each check)\n",
+             f"level {LEVEL} ({CHECK_LEVEL:.3f} at each check: {CHECK_RULE})\n",
              "| sweep | replays | rollouts full / sequential | same n at the budget | replays with an n stopped | "
              "the full sweep's pick stopped (wrong stops) |", "|" + "---|" * 6]
     for name, results in suites:
@@ -175,7 +178,20 @@ def replay_report(count: int) -> list[str]:
         stopped = sum(bool(r["stopped"]) for r in results)
         lost = sum(r["full_pick"] in r["stopped"] for r in results)
         lines.append(f"| {name} | {len(results)} | {ratio:.2f} | {same:.0%} | {stopped} | {lost} ({lost / len(results):.0%}) |")
+    errors = schedule_errors(seeds)
+    [(above, below)] = schedule_misses(errors, load_calibration(), [CHECK_LEVEL])
+    groups = errors.groupby(["seed", "n"]).ngroups
+    lines += ["", f"Held-out random sweeps, {groups} groups, {CHECK_LEVEL:.3f} intervals at every check of the "
+              f"schedule: missed above at some check {_share_of(above, groups)}, below {_share_of(below, groups)}; a "
+              f"wrong stop needs one of the two, so at most {above + below:.1%} (the plan's level {LEVEL} allows "
+              f"{1 - LEVEL:.0%})"]
     return lines
+
+
+def _share_of(share: float, count: int) -> str:
+    k = round(share * count)
+    ci = stats.binomtest(k, count).proportion_ci(0.95, method="exact")
+    return f"{k}/{count} [{ci.low:.3f}, {ci.high:.3f}]"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,12 +200,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="held-out synthetic sweeps (default 400; with --replay, replays per synthetic row, default 100)")
     parser.add_argument("--full", action="store_true", help="2000 synthetic sweeps")
     parser.add_argument("--level", type=float, default=0.8)
-    parser.add_argument("--tune", action="store_true", help="rewrite the calibration table from the tuning seeds")
+    parser.add_argument("--tune", action="store_true",
+                        help="rewrite the calibration table and the check schedule's levels from the tuning seeds")
     parser.add_argument("--replay", action="store_true", help="replay the sequential pilot instead of the backtest")
     args = parser.parse_args(argv)
     if args.tune:
         path = ROOT / "verl_isocompute" / "scaling" / CALIBRATION
-        path.write_text(json.dumps(calibration_table(standardized_errors(range(TUNING_SEEDS)))) + "\n")
+        table = calibration_table(standardized_errors(range(TUNING_SEEDS)))
+        table["schedule"] = schedule_table(schedule_errors(range(TUNING_SEEDS)), table)
+        path.write_text(json.dumps(table) + "\n")
         print(f"wrote {path.relative_to(ROOT)} from seeds 0-{TUNING_SEEDS - 1}")
         return 0
     count = args.sweeps if args.sweeps is not None else 100 if args.replay else 2000 if args.full else 400

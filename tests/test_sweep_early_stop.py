@@ -79,8 +79,11 @@ def test_plan_reads_early_stop_and_the_dry_run_says_where_it_checks(tmp_path):
     assert plan.early_stop == {"checks": [0.2, 0.4, 0.6], "level": 0.9, "metric": "train/reward"}
     text = describe(plan)
     assert "early stop: checks at 20% (4915 rollouts), 40% (9830 rollouts), 60% (14746 rollouts)" in text
-    assert "(96.7% intervals at each check: 90% over 3)" in text
+    assert "(96.7% intervals at each check: 90% over 3 checks, Bonferroni)" in text
     assert "early stop" not in describe(_plan(tmp_path, early_stop=None))
+    default = _plan(tmp_path, early_stop={"level": 0.9})
+    assert default.early_stop["checks"] == [0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6]
+    assert "(97.5% intervals at each check: 90% over the calibrated schedule's checks, measured)" in describe(default)
 
 
 @pytest.mark.parametrize("block, says", [

@@ -186,7 +186,7 @@ def forecast(points: pd.DataFrame, at: float, metric: str, level: float = 0.8,
     return Forecasts(at=float(at), metric=metric, level=float(level), runs=runs_out, groups=groups_out)
 
 
-def _bin(edges: list[float], value: float) -> int:
+def calibration_bin(edges: list[float], value: float) -> int:
     """The calibration cell along one axis: the last edge at or below ``value`` (values below the first edge
     take the first cell)."""
     return int(np.clip(np.searchsorted(edges, value, side="right") - 1, 0, len(edges) - 1))
@@ -196,7 +196,7 @@ def _interval(f: Forecast, quantiles: list | None, table: dict, level: float) ->
     """low / high = predicted + (the calibration's standardized-error quantiles in f's cell of t and h) x sd."""
     if not quantiles:
         return
-    row = quantiles[_bin(table["t_edges"], f.t)][_bin(table["h_edges"], f.h)]
+    row = quantiles[calibration_bin(table["t_edges"], f.t)][calibration_bin(table["h_edges"], f.h)]
     z_lo, z_hi = np.interp([50.0 - 50.0 * level, 50.0 + 50.0 * level], table["percent"], row)
     low, high = table.get("bounds") or (-math.inf, math.inf)  # a share of samples stays in [0, 1]
     f.low, f.high = max(low, f.predicted + z_lo * f.sd), min(high, f.predicted + z_hi * f.sd)

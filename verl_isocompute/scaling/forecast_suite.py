@@ -19,6 +19,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from verl_isocompute.scaling.pilot import SCHEDULE
 from verl_isocompute.scaling.saturating import SaturatingCurve, saturating_reward
 
 HELD_OUT = 10_000
@@ -131,3 +132,59 @@ def curve_sweep(curves: dict, seed: int, budget: float = 4096.0, runs_per_n: int
 CLEAR_WINNER = {2: SaturatingCurve(0.2, 0.35, 300.0, 1.5), 4: SaturatingCurve(0.2, 0.45, 400.0, 1.5),
                 8: SaturatingCurve(0.2, 0.85, 600.0, 1.5)}
 LATE_CROSSING = {2: SaturatingCurve(0.2, 0.5, 150.0, 1.5), 8: SaturatingCurve(0.2, 0.75, 1500.0, 1.5)}
+
+
+PER_CHECK = [round(0.5 + 0.005 * i, 3) for i in range(97)]  # the per-check levels tried: 0.5 to 0.98
+
+
+def schedule_errors(seeds: range, budget: float = 4096.0) -> pd.DataFrame:
+    """(seed, n, fraction, h, t, z) of every group forecast of the sweeps ``seeds`` at every check of the
+    sequential pilot's calibrated schedule (:data:`~verl_isocompute.scaling.pilot.SCHEDULE`), z = (truth -
+    predicted) / sd, the group's truth the mean of its runs' targets."""
+    from verl_isocompute.scaling.forecast import forecast, target_value
+
+    rows = []
+    for seed in seeds:
+        sweep = suite_sweep(seed, budget)
+        truth = {run: target_value(pts, budget, False) for run, pts in sweep.groupby("run")}
+        for fraction in SCHEDULE:
+            for g in forecast(truncated(sweep, fraction * budget), budget, "train/reward", calibration={}).groups:
+                if g.predicted is not None and g.sd:
+                    z = (float(np.mean([truth[r] for r in g.runs])) - g.predicted) / g.sd
+                    rows.append((seed, g.n, fraction, g.h, g.t, z))
+    return pd.DataFrame(rows, columns=["seed", "n", "fraction", "h", "t", "z"])
+
+
+def schedule_misses(errors: pd.DataFrame, table: dict, per_check: list[float]) -> list[tuple[float, float]]:
+    """For each per-check level, the shares of groups whose interval missed their truth at some check, (above,
+    below).
+
+    A check stops the arm that wins at the budget only if that arm's truth lies above its interval or the best
+    arm's below its own (scaling.pilot), so above + below bounds the chance of a wrong stop over the checks."""
+    from verl_isocompute.scaling.forecast import calibration_bin
+
+    t_bin = [calibration_bin(table["t_edges"], t) for t in errors["t"]]
+    h_bin = [calibration_bin(table["h_edges"], h) for h in errors["h"]]
+    quantiles = np.asarray(table["group"])[t_bin, h_bin]  # one row of quantiles per forecast, as forecast._interval
+    percent = np.asarray(table["percent"], dtype=float)
+
+    def at(p: float) -> np.ndarray:  # every row interpolated at percent p (np.interp, one row at a time, is slow)
+        i = min(int(np.searchsorted(percent, p, side="right")) - 1, len(percent) - 2)
+        w = (p - percent[i]) / (percent[i + 1] - percent[i])
+        return quantiles[:, i] + w * (quantiles[:, i + 1] - quantiles[:, i])
+
+    z, out = errors["z"].to_numpy(), []
+    for level in per_check:
+        miss = pd.DataFrame({"seed": errors["seed"], "n": errors["n"], "above": z > at(50.0 + 50.0 * level),
+                             "below": z < at(50.0 - 50.0 * level)})
+        per_group = miss.groupby(["seed", "n"])[["above", "below"]].any()
+        out.append((float(per_group["above"].mean()), float(per_group["below"].mean())))
+    return out
+
+
+def schedule_table(errors: pd.DataFrame, table: dict) -> dict:
+    """For each per-check level of :data:`PER_CHECK`, the measured chance that no check of the schedule stops
+    wrongly, 1 - (above + below) (:func:`schedule_misses`): what a plan's ``early_stop.level`` is read against."""
+    family = [1.0 - above - below for above, below in schedule_misses(errors, table, PER_CHECK)]
+    return {"checks": list(SCHEDULE), "per_check": PER_CHECK, "family": np.round(family, 4).tolist(),
+            "groups": int(errors.groupby(["seed", "n"]).ngroups)}

@@ -6,10 +6,11 @@ b_problem) is stopped only when its whole forecast interval for the target at th
 (:func:`~verl_isocompute.scaling.forecast.forecast`, a group's interval covers the mean of its runs' targets) lies
 below the whole interval of the group forecast best. A group that cannot be forecast (too few points, no rise
 yet) is never stopped: nothing says it loses. Several checks are several chances to stop the wrong arm, so
-each check uses the Bonferroni level 1 - (1 - level) / len(checks) (:func:`check_level`): the chance that any
-check stops the group that would have won stays below 1 - level as far as the intervals are calibrated (a
-stop needs the winner above its interval or the best below its own, each at most (1 - level) / 2 per check, split
-over the checks).
+each check's intervals are wider than the plan's level (:func:`check_level`): a wrong stop needs the winner's
+truth above its interval or the best arm's below its own, and the per-check level is set so that, over all the
+checks, that happens at most 1 - level of the time. Checks within the calibrated schedule (every 5 % of the
+budget from 20 % to 60 %, the default) use the level measured on the tuning suite for the whole schedule;
+others, Bonferroni's 1 - (1 - level) / len(checks).
 On 100 held-out late-crossing replays it never stops the winner (``python benchmarks/bench_forecast.py --replay``).
 """
 
@@ -26,6 +27,11 @@ from verl_isocompute.scaling.forecast import Forecasts, forecast
 # The metric a check forecasts unless the plan names one: logged at every step (validation, a few times a run,
 # gives too few points for an early forecast).
 DEFAULT_METRIC = "train/reward"
+# The calibrated check schedule and the plan's default checks: every 5 % of the budget from 20 % to 60 %. The
+# chance that some check's interval misses is measured over the whole schedule (:func:`check_rule`), so any part
+# of it is covered too; before a fifth of the budget the leading arm has too few points to beat anything, and
+# past 60 % a stop saves little.
+SCHEDULE = (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6)
 
 
 @dataclass(frozen=True)
@@ -42,15 +48,43 @@ def check_fractions(checks: list[float]) -> list[float]:
     return list(checks)
 
 
-def check_level(level: float, checks: list[float]) -> float:
-    """The interval level of each check: ``level`` shared over the checks (Bonferroni), within the calibrated range."""
-    from verl_isocompute.scaling.forecast import LEVELS
+def check_rule(level: float, checks: list[float]) -> tuple[float, str]:
+    """The interval level of each check for a plan's ``level`` over its ``checks``, and how it was set.
 
-    each = 1.0 - (1.0 - level) / len(checks)
+    Two rules each keep the chance that some check stops the arm that wins at the budget below 1 - level; the
+    lower per-check level of the two applies (which one is fixed by the checks alone, before any data):
+
+    - Bonferroni, 1 - (1 - level) / len(checks), for any checks, as far as each check's intervals hold their
+      level;
+    - for checks within the calibrated schedule (:data:`SCHEDULE`), the lowest per-check level at which the
+      tuning suite's groups missed their truth at some check of the whole schedule, above or below, at most
+      1 - level of the time (``schedule`` in the calibration file,
+      :func:`~verl_isocompute.scaling.forecast_suite.schedule_table`). Successive checks see mostly the same
+      runs, so their misses come together and the measured level is below Bonferroni's for many checks (nine
+      checks at level 0.9: 0.989 by Bonferroni, outside the calibrated range).
+    """
+    from verl_isocompute.scaling.forecast import LEVELS, load_calibration
+
+    plural = "s" if len(checks) > 1 else ""
+    rules = [(1.0 - (1.0 - level) / len(checks), f"{level:.0%} over {len(checks)} check{plural}, Bonferroni")]
+    schedule = load_calibration().get("schedule")
+    if schedule and all(any(abs(c - s) < 1e-9 for s in schedule["checks"]) for c in checks):
+        held = [p for p, f in zip(schedule["per_check"], schedule["family"]) if f >= level]
+        if held:
+            rules.append((min(held), f"{level:.0%} over the calibrated schedule's checks, measured"))
+    each, how = min(rules)
     if not LEVELS[0] <= each <= LEVELS[1]:
+        most = f" and hold a level up to {max(schedule['family']):.2f}" if schedule else ""
         raise ScalingError(f"early_stop.level {level} over {len(checks)} checks asks {each:.3f} of each check, outside "
-                           f"the forecast's calibrated [{LEVELS[0]}, {LEVELS[1]}]: lower the level or use fewer checks")
-    return each
+                           f"the forecast's calibrated [{LEVELS[0]}, {LEVELS[1]}]: lower the level or use fewer checks "
+                           f"(the default checks, every 5 % from 20 % to 60 % of the budget, are calibrated together"
+                           f"{most})")
+    return each, how
+
+
+def check_level(level: float, checks: list[float]) -> float:
+    """The interval level of each check (:func:`check_rule`)."""
+    return check_rule(level, checks)[0]
 
 
 def decide(forecasts: Forecasts) -> list[StopDecision]:

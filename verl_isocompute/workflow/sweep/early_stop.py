@@ -3,10 +3,11 @@
 At each fraction f of ``checks``, once the sweep has spent f of the rollouts its runnable cells plan in total,
 the runner forecasts every group (n, b_problem) at the plan's budget from whatever its runs have logged so far
 and stops the groups that cannot win (:func:`verl_isocompute.scaling.pilot.decide`: a group's whole interval
-below the best group's, at the plan's level shared over its checks, :func:`~verl_isocompute.scaling.pilot.check_level`). A stopped group's running cells are stopped and its pending cells never start; both
-are recorded as :data:`~verl_isocompute.workflow.sweep.state.STOPPED` with the check's reason, and a rerun of
-the sweep keeps them so (the checks done are recorded too, so none is repeated). The fit reads a stopped run as
-the truncated run it is: its logged steps, never a forecast.
+below the best group's, each check's intervals at the per-check level that keeps the plan's level over all its
+checks, :func:`~verl_isocompute.scaling.pilot.check_rule`). A stopped group's running cells are stopped and its
+pending cells never start; both are recorded as :data:`~verl_isocompute.workflow.sweep.state.STOPPED` with the
+check's reason, and a rerun of the sweep keeps them so (the checks done are recorded too, so none is repeated).
+The fit reads a stopped run as the truncated run it is: its logged steps, never a forecast.
 """
 
 from __future__ import annotations

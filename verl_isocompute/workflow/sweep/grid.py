@@ -257,12 +257,12 @@ def describe(plan: Plan) -> str:
     if plan.early_stop:
         stop = plan.early_stop
         at = ", ".join(f"{f:.0%} ({f * total:.0f} rollouts)" for f in stop["checks"])
-        from verl_isocompute.scaling.pilot import check_level
+        from verl_isocompute.scaling.pilot import check_rule
 
-        each = check_level(stop["level"], stop["checks"])
+        each, how = check_rule(stop["level"], stop["checks"])
         lines.append(f"early stop: checks at {at} of the total; stops an n whose forecast of {stop['metric']} at "
                      f"C = {plan.budget_rollouts} lies wholly below the best n's ({each:.1%} intervals at each check: "
-                     f"{stop['level']:.0%} over {len(stop['checks'])})")
+                     f"{how})")
     return "\n".join(lines)
 
 

@@ -24,7 +24,7 @@ every field, the ``fit:`` block by building the fit's own :class:`FitConfig`, an
     test_freq: null                   # or a fixed trainer.test_freq for every cell
     sweep_dir: runs/pilot-easy        # default runs/<name>
     fit: {metric: val/avg@4, compute: rollouts, group_by: n, bootstrap: 200}
-    early_stop: {checks: [0.2, 0.4, 0.6], level: 0.9}   # optional: the sequential pilot (scaling.pilot)
+    early_stop: {level: 0.9}          # optional: the sequential pilot (scaling.pilot); checks: default every 5 % from 20 % to 60 %
     ray: {address: null, max_concurrent: 2, mode: auto, python: python, env_vars: {}, num_gpus: null, num_cpus: 1}
 
 Relative paths (data files, sweep_dir) are relative to the plan file's directory. The learning rate is
@@ -180,14 +180,14 @@ def parse_plan(raw: Any, base_dir: str | os.PathLike = ".", default_name: str = 
 def _early_stop(value: Any) -> dict[str, Any] | None:
     """The plan's ``early_stop`` block (docs/WORKFLOW.md, "Stopping a pilot early"), checked; None without it."""
     from verl_isocompute.scaling.errors import ScalingError
-    from verl_isocompute.scaling.pilot import DEFAULT_METRIC, check_fractions, check_level
+    from verl_isocompute.scaling.pilot import DEFAULT_METRIC, SCHEDULE, check_fractions, check_level
 
     if value is None:
         return None
     example = "early_stop: {checks: [0.2, 0.4, 0.6], level: 0.9}"
     if not isinstance(value, dict) or set(value) - {"checks", "level", "metric"}:
         raise PlanError(f"early_stop must be a mapping with checks, level and optionally metric, e.g. {example}; got {value!r}")
-    checks = value.get("checks", [0.2, 0.4, 0.6])
+    checks = value.get("checks", list(SCHEDULE))
     try:
         checks = check_fractions([float(yaml_number(c)) for c in checks] if isinstance(checks, list) else checks)
     except (ScalingError, TypeError, ValueError) as exc:
