@@ -192,12 +192,18 @@ def calibration_bin(edges: list[float], value: float) -> int:
     return int(np.clip(np.searchsorted(edges, value, side="right") - 1, 0, len(edges) - 1))
 
 
+def interval_z(row: list[float], percent: list[float], level: float) -> tuple[float, float]:
+    """The standardized errors bounding a ``level`` interval, from one calibration cell's quantiles ``row``."""
+    z_lo, z_hi = np.interp([50.0 - 50.0 * level, 50.0 + 50.0 * level], percent, row)
+    return float(z_lo), float(z_hi)
+
+
 def _interval(f: Forecast, quantiles: list | None, table: dict, level: float) -> None:
     """low / high = predicted + (the calibration's standardized-error quantiles in f's cell of t and h) x sd."""
     if not quantiles:
         return
     row = quantiles[calibration_bin(table["t_edges"], f.t)][calibration_bin(table["h_edges"], f.h)]
-    z_lo, z_hi = np.interp([50.0 - 50.0 * level, 50.0 + 50.0 * level], table["percent"], row)
+    z_lo, z_hi = interval_z(row, table["percent"], level)
     low, high = table.get("bounds") or (-math.inf, math.inf)  # a share of samples stays in [0, 1]
     f.low, f.high = max(low, f.predicted + z_lo * f.sd), min(high, f.predicted + z_hi * f.sd)
 

@@ -161,22 +161,16 @@ def schedule_misses(errors: pd.DataFrame, table: dict, per_check: list[float]) -
 
     A check stops the arm that wins at the budget only if that arm's truth lies above its interval or the best
     arm's below its own (scaling.pilot), so above + below bounds the chance of a wrong stop over the checks."""
-    from verl_isocompute.scaling.forecast import calibration_bin
+    from verl_isocompute.scaling.forecast import calibration_bin, interval_z
 
-    t_bin = [calibration_bin(table["t_edges"], t) for t in errors["t"]]
-    h_bin = [calibration_bin(table["h_edges"], h) for h in errors["h"]]
-    quantiles = np.asarray(table["group"])[t_bin, h_bin]  # one row of quantiles per forecast, as forecast._interval
-    percent = np.asarray(table["percent"], dtype=float)
-
-    def at(p: float) -> np.ndarray:  # every row interpolated at percent p (np.interp, one row at a time, is slow)
-        i = min(int(np.searchsorted(percent, p, side="right")) - 1, len(percent) - 2)
-        w = (p - percent[i]) / (percent[i + 1] - percent[i])
-        return quantiles[:, i] + w * (quantiles[:, i + 1] - quantiles[:, i])
-
+    t_bin = np.array([calibration_bin(table["t_edges"], t) for t in errors["t"]])
+    h_bin = np.array([calibration_bin(table["h_edges"], h) for h in errors["h"]])
     z, out = errors["z"].to_numpy(), []
     for level in per_check:
-        miss = pd.DataFrame({"seed": errors["seed"], "n": errors["n"], "above": z > at(50.0 + 50.0 * level),
-                             "below": z < at(50.0 - 50.0 * level)})
+        # the bounds of every calibration cell at this level (as forecast._interval), then each forecast's own
+        bounds = np.array([[interval_z(row, table["percent"], level) for row in rows] for rows in table["group"]])
+        miss = pd.DataFrame({"seed": errors["seed"], "n": errors["n"], "above": z > bounds[t_bin, h_bin, 1],
+                             "below": z < bounds[t_bin, h_bin, 0]})
         per_group = miss.groupby(["seed", "n"])[["above", "below"]].any()
         out.append((float(per_group["above"].mean()), float(per_group["below"].mean())))
     return out
